@@ -1,0 +1,81 @@
+"""The result of analyzing one kernel's machine code, independent of the ISA."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Instruction:
+    mnemonic: str          # as written, e.g. v_add_f32_e32
+    base: str              # encoding suffixes stripped, e.g. v_add_f32
+    operands: str          # normalized operand text
+    line: int              # 1-based line in the source assembly
+
+    def text(self) -> str:
+        return f"{self.mnemonic} {self.operands}".rstrip()
+
+
+@dataclass
+class Block:
+    name: str
+    instructions: list[Instruction] = field(default_factory=list)
+
+
+@dataclass
+class Stream:
+    """A kernel's instructions by basic block, labels renumbered."""
+
+    blocks: list[Block]
+
+    def instructions(self):
+        for block in self.blocks:
+            yield from block.instructions
+
+    def text(self) -> str:
+        lines = []
+        for block in self.blocks:
+            lines.append(f"{block.name}:")
+            lines.extend(f"  {ins.text()}" for ins in block.instructions)
+        return "\n".join(lines) + "\n"
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text().encode("utf-8")).hexdigest()
+
+
+def histograms(stream: Stream) -> tuple[dict[str, int], dict[str, int]]:
+    raw = Counter(ins.mnemonic for ins in stream.instructions())
+    base = Counter(ins.base for ins in stream.instructions())
+    return dict(sorted(raw.items())), dict(sorted(base.items()))
+
+
+@dataclass
+class Analysis:
+    """Everything xisa records about one compiled cell."""
+
+    isa: str                            # amdgcn | sass
+    sha256: str
+    instructions: int
+    blocks: int
+    histogram: dict[str, int]           # raw mnemonics
+    base_histogram: dict[str, int]      # suffixes stripped
+    classes: dict[str, int]
+    resources: dict[str, Any]
+    stream_text: str
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "isa": self.isa, "sha256": self.sha256, "instructions": self.instructions, "blocks": self.blocks,
+            "histogram": dict(self.histogram), "base_histogram": dict(self.base_histogram),
+            "classes": dict(self.classes), "resources": dict(self.resources),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], stream_text: str = "") -> "Analysis":
+        return cls(isa=record["isa"], sha256=record["sha256"], instructions=record["instructions"],
+                   blocks=record["blocks"], histogram=dict(record["histogram"]),
+                   base_histogram=dict(record["base_histogram"]), classes=dict(record["classes"]),
+                   resources=dict(record["resources"]), stream_text=stream_text)

@@ -1,0 +1,1 @@
+"""One module per group of commands; each command is a thin wrapper over a library call."""

@@ -1,0 +1,57 @@
+"""`xisa compile`: cross-compile the selected cells and show what they compiled to."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from xisa.cli import app
+from xisa.commands.common import (ArchOption, JobsOption, KernelOption, NoCacheOption, SpecOption, TimeoutOption,
+                                  stderr, stdout)
+from xisa.emit import emit_stages
+from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
+from xisa.progress import progress_reporter
+from xisa.report import compile_payload, render_compile_table
+from xisa.runner import RunOptions, run_cells
+from xisa.workspace import expectation_failures, open_workspace
+
+
+@app.command("compile")
+def compile_command(
+    arch: ArchOption = None,
+    kernel: KernelOption = None,
+    spec: SpecOption = None,
+    count: Annotated[Optional[list[str]], typer.Option("--count", help="Mnemonic or glob to count (repeatable).")] = None,
+    emit: Annotated[Optional[Path], typer.Option("--emit", help="Write every stage of every cell to DIR.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON: {toolchain, cells}.")] = False,
+    jobs: JobsOption = 0,
+    timeout: TimeoutOption = 600.0,
+    no_cache: NoCacheOption = False,
+) -> None:
+    """Cross-compile kernel cases for targets (no GPU needed) and print histograms, resources, fingerprints."""
+    ws = open_workspace(spec=spec)
+    chosen, cells = ws.select(arch=arch, kernel=kernel)
+    options = RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache, keep_stages=emit is not None)
+    with progress_reporter(len(cells)) as advance:
+        results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir,
+                            options=options, progress=advance)
+    failures = {cell.id: expectation_failures(cell, result) for cell, result in zip(cells, results)}
+    if emit is not None:
+        written = emit_stages(emit, cells, results)
+        stderr().print(f"wrote {written} files under {emit}")
+    backends = {t.backend for t in chosen}
+    if as_json:
+        typer.echo(json.dumps(compile_payload(results, failures, backends=backends), indent=2, sort_keys=True))
+    else:
+        render_compile_table(stdout(), results, failures, counts=count or [])
+    errors = [r for r in results if not r.ok]
+    for result in errors:
+        stderr().print(f"[red]error[/red] {result.id}: {result.error}", markup=True, highlight=False)
+    if errors:
+        raise typer.Exit(EXIT_UNTRUSTED)
+    if any(failures.values()):
+        raise typer.Exit(EXIT_REGRESSION)
+    raise typer.Exit(EXIT_OK)

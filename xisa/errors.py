@@ -1,0 +1,70 @@
+"""Typed domain errors. The CLI turns each into one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_UNTRUSTED = 2
+
+
+class XisaError(Exception):
+    """Base of every error xisa reports to a user. `str()` is the one-line message."""
+
+    exit_code = EXIT_UNTRUSTED
+
+    def __init__(self, message: str, *, path: str | None = None, field: str | None = None, fix: str | None = None):
+        self.path = path
+        self.field = field
+        self.fix = fix
+        self.detail = message
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        where = ""
+        if self.path:
+            where = f"{self.path}"
+            if self.field:
+                where += f": {self.field}"
+            where += ": "
+        elif self.field:
+            where = f"{self.field}: "
+        text = f"{where}{self.detail}"
+        if self.fix:
+            text += f" (fix: {self.fix})"
+        return text
+
+
+class SpecError(XisaError):
+    """A kernel spec (YAML) or project setting is wrong."""
+
+
+class TargetError(XisaError):
+    """A target file is wrong or a target name is unknown."""
+
+
+class ToolchainError(XisaError):
+    """The installed toolchain or environment cannot give trustworthy results."""
+
+
+class GoldenError(XisaError):
+    """A golden file is corrupt, hand-broken or of another format."""
+
+
+class BindError(XisaError):
+    """A case's arguments do not fit the kernel's parameters."""
+
+
+class CompileError(XisaError):
+    """Triton failed to compile a cell."""
+
+
+class ParseError(XisaError):
+    """Assembly could not be parsed; names the line."""
+
+
+class UsageError(XisaError):
+    """The command line asks for something impossible."""
+
+
+class LockError(XisaError):
+    """Another xisa process holds the golden lock."""

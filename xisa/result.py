@@ -1,0 +1,69 @@
+"""The outcome of one cell: compiled and analyzed, or an error with its message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from xisa.analyze.model import Analysis
+
+
+@dataclass
+class CellResult:
+    kernel: str
+    case: str
+    target: str
+    status: str                                   # ok | error
+    error: str | None = None
+    error_kind: str | None = None                 # spec | bind | compile | parse | timeout | crash
+    analysis: Analysis | None = None
+    binding: dict[str, Any] = field(default_factory=dict)   # signature, constexprs, attrs
+    options: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    stages: dict[str, str | bytes] = field(default_factory=dict, repr=False)
+    cached: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.kernel}:{self.case}@{self.target}"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def resources(self) -> dict[str, Any]:
+        return dict(self.analysis.resources) if self.analysis else {}
+
+    def to_json(self) -> dict[str, Any]:
+        analysis = self.analysis
+        return {
+            "kernel": self.kernel, "case": self.case, "target": self.target, "status": self.status,
+            "error": self.error,
+            "sha256": analysis.sha256 if analysis else None,
+            "instructions": analysis.instructions if analysis else None,
+            "histogram": dict(analysis.histogram) if analysis else {},
+            "base_histogram": dict(analysis.base_histogram) if analysis else {},
+            "classes": dict(analysis.classes) if analysis else {},
+            "signature": self.binding.get("signature", {}),
+            "constexprs": self.binding.get("constexprs", {}),
+            "attrs": self.binding.get("attrs", {}),
+            "options": dict(self.options),
+            "resources": self.resources(),
+            "seconds": round(self.seconds, 3),
+        }
+
+    def to_cache(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel, "case": self.case, "target": self.target, "status": self.status,
+            "error": self.error, "error_kind": self.error_kind,
+            "analysis": self.analysis.to_record() if self.analysis else None,
+            "stream": self.analysis.stream_text if self.analysis else "",
+            "binding": self.binding, "options": self.options, "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_cache(cls, data: dict[str, Any]) -> "CellResult":
+        analysis = Analysis.from_record(data["analysis"], data["stream"]) if data.get("analysis") else None
+        return cls(kernel=data["kernel"], case=data["case"], target=data["target"], status=data["status"],
+                   error=data["error"], error_kind=data.get("error_kind"), analysis=analysis,
+                   binding=data["binding"], options=data["options"], seconds=data["seconds"], cached=True)

@@ -1,0 +1,182 @@
+"""Run cells: answer what the cache knows, compile the rest in a pool of warmed, forked workers.
+
+Each worker compiles one cell at a time. A cell that outlives `timeout` or kills its worker becomes
+an error cell and the worker is replaced; the other cells go on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from xisa.cache import ResultCache, Timings, cell_key
+from xisa.compile import compile_cell
+from xisa.result import CellResult
+from xisa.spec import Cell
+from xisa.toolchain import apply_pinned_env
+
+# Set in the parent before forking, so workers inherit the cells without pickling them.
+_CELLS: list[Cell] = []
+_ROOTS: list[Path] = []
+_KEEP_STAGES = False
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class RunOptions:
+    jobs: int = 0               # 0: the cores this process may use
+    timeout: float = 600.0      # seconds per cell
+    use_cache: bool = True
+    keep_stages: bool = False
+
+
+def _warm() -> None:
+    """Import what every compile needs once, in the parent, so forked workers start warm."""
+    import torch  # noqa: F401  (stand-in dtypes)
+    import triton  # noqa: F401
+    import triton.compiler  # noqa: F401
+    from triton.backends.amd import compiler as _amd  # noqa: F401
+    from triton.backends.nvidia import compiler as _nv  # noqa: F401
+
+
+def _worker_main(conn) -> None:
+    while True:
+        try:
+            index = conn.recv()
+        except EOFError:
+            return
+        if index is None:
+            return
+        result = compile_cell(_CELLS[index], roots=_ROOTS, keep_stages=_KEEP_STAGES)
+        conn.send((index, result))
+
+
+class _Worker:
+    def __init__(self, ctx):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.index: int | None = None
+        self.started = 0.0
+
+    def give(self, index: int) -> None:
+        self.index, self.started = index, time.monotonic()
+        self.conn.send(index)
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self.process.join(timeout=2)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+
+def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options: RunOptions,
+              progress: Callable[[CellResult], None] | None = None) -> list[CellResult]:
+    """Results in the order of `cells`; identical whatever the job count."""
+    cache = ResultCache(cache_dir, enabled=options.use_cache and not options.keep_stages)
+    timings = Timings(cache_dir)
+    results: list[CellResult | None] = [None] * len(cells)
+    keys: list[str | None] = [None] * len(cells)
+    todo: list[int] = []
+    source_digests: dict[str, str] = {}
+    for index, cell in enumerate(cells):
+        if cache.enabled:
+            from xisa.cache import source_digest
+
+            if cell.kernel.spec_path not in source_digests:
+                source_digests[cell.kernel.spec_path] = source_digest(cell, tuple(roots))
+            keys[index] = cell_key(cell, tuple(roots), source=source_digests[cell.kernel.spec_path])
+            hit = cache.get(keys[index])
+            if hit is not None:
+                results[index] = hit
+                if progress:
+                    progress(hit)
+                continue
+        todo.append(index)
+    if todo:
+        # Slowest first, so the pool does not end waiting on one long cell.
+        todo.sort(key=lambda i: -timings.get(cells[i].id))
+        for index, result in _compile_in_pool(cells, todo, roots=roots, cache_dir=cache_dir, options=options):
+            results[index] = result
+            if keys[index] is not None:
+                cache.put(keys[index], result)
+            if progress:
+                progress(result)
+        timings.update([results[i] for i in todo])
+    return results  # type: ignore[return-value]
+
+
+def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
+    global _CELLS, _ROOTS, _KEEP_STAGES
+    apply_pinned_env(cache_dir)
+    _warm()
+    _CELLS, _ROOTS, _KEEP_STAGES = cells, list(roots), options.keep_stages
+    jobs = options.jobs or available_cores()
+    jobs = max(1, min(jobs, len(todo)))
+    ctx = multiprocessing.get_context("fork")
+    pending = list(todo)
+    workers = [_Worker(ctx) for _ in range(jobs)]
+    try:
+        while pending or any(w.index is not None for w in workers):
+            for worker in workers:
+                if worker.index is None and pending:
+                    worker.give(pending.pop(0))
+            busy = [w for w in workers if w.index is not None]
+            now = time.monotonic()
+            deadline = min(w.started + options.timeout for w in busy)
+            waitables = [w.conn for w in busy] + [w.process.sentinel for w in busy]
+            ready = wait(waitables, timeout=max(0.0, deadline - now))
+            for position, worker in enumerate(workers):
+                if worker.index is None:
+                    continue
+                if worker.conn in ready:
+                    try:
+                        index, result = worker.conn.recv()
+                    except (EOFError, OSError):
+                        index, result = worker.index, None
+                    if result is not None:
+                        worker.index = None
+                        yield index, result
+                        continue
+                if worker.process.sentinel in ready or worker.conn in ready:
+                    code = worker.process.exitcode
+                    yield worker.index, _failed(cells[worker.index], "crash",
+                                                f"the compiler process died (exit code {code}) compiling this cell")
+                    worker.kill()
+                    workers[position] = _Worker(ctx)
+                elif time.monotonic() - worker.started >= options.timeout:
+                    yield worker.index, _failed(cells[worker.index], "timeout",
+                                                f"compile took longer than {options.timeout:g} s (--timeout)")
+                    worker.kill()
+                    workers[position] = _Worker(ctx)
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def _failed(cell: Cell, kind: str, message: str) -> CellResult:
+    return CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="error",
+                      error=message, error_kind=kind)

@@ -1,0 +1,170 @@
+"""Targets: one YAML per GPU target in `targets/`, each number carrying its source."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xisa.errors import TargetError
+from xisa.names import TARGET_NAME
+from xisa.yamlio import load_yaml
+
+BACKENDS = ("hip", "cuda")
+FP8_ENCODINGS = ("none", "e4m3fn", "e4m3fnuz")
+MATRIX_FAMILIES = ("mfma", "wmma", "hmma", "wgmma", "tcgen05", "none")
+
+AMD_OCCUPANCY_INTS = (
+    "vgpr_granule", "vgpr_budget", "vgpr_max_per_wave", "max_waves_per_simd",
+    "simds_per_cu", "lds_per_cu", "lds_per_workgroup",
+)
+AMD_OCCUPANCY_OPTIONAL = ("sgpr_budget", "sgpr_granule", "max_workgroups_per_cu")
+CUDA_OCCUPANCY_INTS = (
+    "regs_per_sm", "reg_alloc_unit", "max_regs_per_thread", "max_warps_per_sm",
+    "max_blocks_per_sm", "smem_per_sm", "smem_per_block", "smem_reserved_per_block",
+)
+_TOP_KEYS = {"name", "backend", "arch", "warp_size", "family", "description", "fp8", "matrix",
+             "occupancy", "device", "sources"}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    backend: str
+    arch: str | int
+    warp_size: int
+    family: str
+    description: str
+    fp8: str
+    matrix: str
+    occupancy: dict[str, Any]
+    device_match: tuple[str, ...]
+    sources: dict[str, str] = field(compare=False, repr=False)
+    path: str = field(compare=False, repr=False, default="")
+
+    @property
+    def is_amd(self) -> bool:
+        return self.backend == "hip"
+
+    def gpu_target(self):
+        """Triton's GPUTarget for this target (imports Triton)."""
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget(self.backend, self.arch, self.warp_size)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "backend": self.backend, "arch": self.arch, "warp_size": self.warp_size,
+            "family": self.family, "fp8": self.fp8, "matrix": self.matrix, "description": self.description,
+            "occupancy": dict(self.occupancy), "device_match": list(self.device_match),
+        }
+
+
+def _require(cond: bool, message: str, path: str, fieldname: str, fix: str | None = None) -> None:
+    if not cond:
+        raise TargetError(message, path=path, field=fieldname, fix=fix)
+
+
+def parse_target(data: Any, path: str) -> Target:
+    _require(isinstance(data, dict), "a target file must be a mapping", path, "<top>")
+    unknown = set(data) - _TOP_KEYS
+    _require(not unknown, f"unknown key(s) {sorted(unknown)}", path, ",".join(sorted(unknown)),
+             f"allowed keys: {sorted(_TOP_KEYS)}")
+    for key in ("name", "backend", "arch", "warp_size", "family", "fp8", "matrix", "occupancy", "device", "sources"):
+        _require(key in data, "missing", path, key)
+    name = data["name"]
+    _require(isinstance(name, str) and bool(TARGET_NAME.match(name)), f"bad target name {name!r}", path, "name",
+             "use letters, digits and '_'")
+    expected_stem = Path(path).stem
+    _require(name == expected_stem, f"name {name!r} differs from the file name {expected_stem!r}", path, "name")
+    backend = data["backend"]
+    _require(backend in BACKENDS, f"backend {backend!r} unknown", path, "backend", f"one of {BACKENDS}")
+    arch = data["arch"]
+    if backend == "hip":
+        _require(isinstance(arch, str) and arch.startswith("gfx"), f"arch {arch!r} is not a gfx name", path, "arch")
+    else:
+        _require(isinstance(arch, int), f"arch {arch!r} must be an int compute capability (e.g. 90)", path, "arch")
+    _require(data["warp_size"] in (32, 64), "warp_size must be 32 or 64", path, "warp_size")
+    _require(data["fp8"] in FP8_ENCODINGS, f"fp8 {data['fp8']!r} unknown", path, "fp8", f"one of {FP8_ENCODINGS}")
+    _require(data["matrix"] in MATRIX_FAMILIES, f"matrix {data['matrix']!r} unknown", path, "matrix",
+             f"one of {MATRIX_FAMILIES}")
+    occ = data["occupancy"]
+    _require(isinstance(occ, dict), "must be a mapping", path, "occupancy")
+    sources = data["sources"]
+    _require(isinstance(sources, dict), "must be a mapping of field -> citation", path, "sources")
+    required = AMD_OCCUPANCY_INTS if backend == "hip" else CUDA_OCCUPANCY_INTS
+    optional = AMD_OCCUPANCY_OPTIONAL if backend == "hip" else ()
+    for key in required:
+        _require(isinstance(occ.get(key), int) and occ[key] > 0, "missing or not a positive int", path,
+                 f"occupancy.{key}")
+    if backend == "hip":
+        _require(occ.get("agpr") in ("unified", "none"), "must be 'unified' or 'none'", path, "occupancy.agpr")
+    unknown_occ = set(occ) - set(required) - set(optional) - {"agpr"}
+    _require(not unknown_occ, f"unknown key(s) {sorted(unknown_occ)}", path, "occupancy")
+    for key, value in occ.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            cite = sources.get(key)
+            _require(isinstance(cite, str) and len(cite.strip()) > 10, "this number cites no source", path,
+                     f"sources.{key}", f"add sources.{key}: '<document, section, URL>'")
+    device = data["device"]
+    _require(isinstance(device, dict) and isinstance(device.get("match"), list) and device["match"],
+             "must have a non-empty `match` list", path, "device.match")
+    return Target(
+        name=name, backend=backend, arch=arch, warp_size=data["warp_size"], family=str(data["family"]),
+        description=str(data.get("description", "")), fp8=data["fp8"], matrix=data["matrix"],
+        occupancy=dict(occ), device_match=tuple(str(m) for m in device["match"]), sources=dict(sources), path=path,
+    )
+
+
+def load_targets(directories: list[Path], *, root: Path | None = None) -> dict[str, Target]:
+    """All targets in the given folders; a later folder's target of the same name replaces an earlier one."""
+    targets: dict[str, Target] = {}
+    for directory in directories:
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.yaml")):
+            shown = _display(path, root)
+            targets[path.stem] = parse_target(load_yaml(path, error=TargetError, display=shown), shown)
+    if not targets:
+        raise TargetError("no target files found", path=", ".join(_display(d, root) for d in directories),
+                          fix="add targets/<name>.yaml")
+    return targets
+
+
+def _display(path: Path, root: Path | None) -> str:
+    if root is not None:
+        try:
+            return str(path.resolve().relative_to(root.resolve()))
+        except ValueError:
+            pass
+    return str(path)
+
+
+def is_pattern(text: str) -> bool:
+    return any(ch in text for ch in "*?[")
+
+
+def select_targets(known: dict[str, Target], patterns: list[str] | None) -> list[Target]:
+    """Targets named by names or globs, in a stable order; an unknown name suggests the closest."""
+    if not patterns:
+        return [known[name] for name in sorted(known)]
+    chosen: dict[str, Target] = {}
+    for pattern in patterns:
+        for piece in (p.strip() for p in pattern.split(",")):
+            if not piece:
+                continue
+            matched = [name for name in sorted(known) if fnmatch.fnmatchcase(name, piece)]
+            if not matched:
+                raise unknown_target(piece, known)
+            for name in matched:
+                chosen[name] = known[name]
+    return [chosen[name] for name in sorted(chosen)]
+
+
+def unknown_target(name: str, known: dict[str, Target]) -> TargetError:
+    closest = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.0)
+    hint = f"did you mean {closest[0]!r}? " if closest else ""
+    return TargetError(f"unknown target {name!r}; {hint}known targets: {', '.join(sorted(known))}",
+                       field="--arch", fix="pick a known target or add targets/<name>.yaml")

@@ -1,0 +1,56 @@
+"""Load a project's targets and specs and select the cells a command works on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from xisa.errors import SpecError
+from xisa.expect import Failure, evaluate, validate
+from xisa.project import Project, load_project
+from xisa.result import CellResult
+from xisa.spec import Cell, KernelSpec, build_cells, discover_spec_files, load_specs
+from xisa.target import Target, load_targets, select_targets
+
+
+@dataclass
+class Workspace:
+    project: Project
+    targets: dict[str, Target]
+    specs: list[KernelSpec]
+
+    def select(self, *, arch: list[str] | None = None, kernel: list[str] | None = None) -> tuple[list[Target], list[Cell]]:
+        chosen = select_targets(self.targets, arch)
+        if kernel:
+            names = {s.name for s in self.specs}
+            for flt in kernel:
+                kpat = flt.partition(":")[0]
+                import fnmatch
+
+                if not any(fnmatch.fnmatchcase(n, kpat) for n in names):
+                    import difflib
+
+                    near = difflib.get_close_matches(kpat, sorted(names), n=1)
+                    raise SpecError(f"no kernel matches {flt!r}", field="--kernel",
+                                    fix=f"did you mean {near[0]!r}?" if near else f"kernels: {', '.join(sorted(names))}")
+        cells = build_cells(self.specs, chosen, kernel_filters=kernel)
+        for cell in cells:
+            validate(cell.expect, path=cell.kernel.spec_path, field=cell.field_path)
+        return chosen, cells
+
+
+def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None, cwd: Path | None = None) -> Workspace:
+    project = load_project(cwd=cwd, spec=spec, golden=golden)
+    targets = load_targets(list(project.target_dirs), root=project.root)
+    files = discover_spec_files(list(project.spec_paths))
+    if not files:
+        raise SpecError("no kernel specs found", path=", ".join(project.display(p) for p in project.spec_paths),
+                        fix="add kernels/<name>.yaml or pass --spec PATH")
+    specs = load_specs(files, root=project.root)
+    return Workspace(project=project, targets=targets, specs=specs)
+
+
+def expectation_failures(cell: Cell, result: CellResult) -> list[Failure]:
+    if not result.ok or result.analysis is None:
+        return []
+    return evaluate(cell.expect, cell.target.name, result.analysis, path=cell.kernel.spec_path, field=cell.field_path)
