@@ -20,13 +20,13 @@ app.add_typer(cache_app, name="cache")
 
 
 def _register() -> None:
-    from xisa.commands import compile, inspect  # noqa: F401  (commands register themselves)
+    from xisa.commands import check, compile, inspect  # noqa: F401  (commands register themselves)
 
 
 def main(argv: list[str] | None = None) -> None:
     _register()
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here
     except XisaError as exc:
         print(f"xisa: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -42,4 +42,4 @@ def main(argv: list[str] | None = None) -> None:
             exc.show()
             sys.exit(2)
         raise
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)

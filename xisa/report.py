@@ -71,3 +71,147 @@ def render_compile_table(console: Console, results: list[CellResult], failures: 
         for result in by_target[target]:
             for failure in failures.get(result.id, []):
                 console.print(Text(f"  {result.id}: {failure}", style="yellow"))
+
+
+# ---------------------------------------------------------------- check / diff reports
+
+_VERDICT_STYLE = {"same": "green", "changed": "yellow", "new": "cyan", "unused": "magenta", "error": "red",
+                  "expectation-failed": "red"}
+
+
+def summary_line(report) -> str:
+    """`changed: gfx1100 (3 cells); byte-identical: gfx1200, gfx942 (12 cells)`."""
+    by_verdict: dict[str, dict[str, int]] = {}
+    for v in report.verdicts:
+        label = "byte-identical" if v.verdict == "same" else v.verdict
+        by_verdict.setdefault(label, {})
+        by_verdict[label][v.target] = by_verdict[label].get(v.target, 0) + 1
+    order = ["error", "expectation-failed", "changed", "new", "unused", "byte-identical"]
+    parts = []
+    for label in order:
+        targets = by_verdict.get(label)
+        if not targets:
+            continue
+        total = sum(targets.values())
+        parts.append(f"{label}: {', '.join(sorted(targets))} ({total} cell{'s' if total != 1 else ''})")
+    return "; ".join(parts) if parts else "no cells selected"
+
+
+def _arrow(base: Any, head: Any) -> str:
+    if base is None:
+        return str(head)
+    if head is None:
+        return f"{base} → (none)"
+    if base == head:
+        return str(head)
+    if isinstance(base, int) and isinstance(head, int):
+        return f"{base} → {head} ({head - base:+d})"
+    return f"{base} → {head}"
+
+
+def _row_values(v, counts: list[str]) -> list[str]:
+    head = v.head.analysis if v.head and v.head.analysis else None
+    base = v.base.analysis() if v.base else None
+    hres = head.resources if head else {}
+    bres = base.resources if base else {}
+
+    def pair(getter):
+        return _arrow(getter(base) if base else None, getter(head) if head else None)
+
+    cells = [pair(lambda a: a.instructions)]
+    cells += [pair(lambda a, p=p: measure(p, a)) for p in counts]
+    regs_key = "registers" if (hres or bres).get("registers") is not None else "vgprs"
+    cells.append(_arrow(bres.get(regs_key) if base else None, hres.get(regs_key) if head else None))
+    spill_key = "local_bytes" if regs_key == "registers" else "vgpr_spills"
+    cells.append(_arrow(bres.get(spill_key) if base else None, hres.get(spill_key) if head else None))
+    cells.append(_arrow(bres.get("lds_bytes") if base else None, hres.get("lds_bytes") if head else None))
+    cells.append(_arrow(bres.get("occupancy") if base else None, hres.get("occupancy") if head else None))
+    bsha = f"`{base.sha256[:12]}`" if base else "-"
+    hsha = f"`{head.sha256[:12]}`" if head else "-"
+    cells.append(hsha if bsha == hsha else f"{bsha} → {hsha}")
+    return cells
+
+
+def render_markdown(report, *, counts: list[str], title: str) -> str:
+    lines = [f"### {title}", "", f"**{summary_line(report)}**", ""]
+    for problem in report.problems:
+        lines += [f"> :warning: {problem}", ""]
+    if report.isolation_violations:
+        lines += ["**isolation violated**: " + ", ".join(f"`{v.id}`" for v in report.isolation_violations), ""]
+    header = ["case", "instructions", *[f"`{c}`" for c in counts], "VGPR", "spills", "LDS", "occupancy", "SHA-256",
+              "verdict"]
+    targets = sorted({v.target for v in report.verdicts})
+    for target in targets:
+        rows = [v for v in report.verdicts if v.target == target]
+        identical = all(v.verdict == "same" for v in rows)
+        table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for v in rows:
+            verdict = v.verdict + (" (in scope)" if v.verdict == "changed" and v.in_scope else "")
+            table.append("| " + " | ".join([f"`{v.kernel}:{v.case}`", *_row_values(v, counts), verdict]) + " |")
+        if identical:
+            lines += [f"<details><summary>{target}: byte-identical ({len(rows)} cells)</summary>", "", *table, "",
+                      "</details>", ""]
+        else:
+            lines += [f"#### {target}", "", *table, ""]
+            for v in rows:
+                if v.delta and v.delta.histogram:
+                    top = ", ".join(f"`{m}` {b}→{h}" for m, b, h in v.delta.histogram[:8])
+                    lines.append(f"- `{v.kernel}:{v.case}`: {top}")
+                if v.message and v.verdict in ("error", "expectation-failed", "unused"):
+                    lines.append(f"- `{v.kernel}:{v.case}`: {v.message}")
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_check_text(console: Console, report, *, counts: list[str], quiet: bool = False) -> None:
+    if not quiet:
+        for target in sorted({v.target for v in report.verdicts}):
+            table = Table(title=target, title_justify="left")
+            for column in ("kernel:case", "instructions", *counts, "VGPR", "spills", "LDS", "occupancy", "sha256",
+                           "verdict"):
+                table.add_column(column)
+            for v in (x for x in report.verdicts if x.target == target):
+                label = v.verdict + (" (in scope)" if v.verdict == "changed" and v.in_scope else "")
+                values = [s.replace("`", "") for s in _row_values(v, counts)]
+                table.add_row(f"{v.kernel}:{v.case}", *values, Text(label, style=_VERDICT_STYLE.get(v.verdict, "")))
+            console.print(table)
+        for v in report.verdicts:
+            if v.delta and v.verdict in ("changed", "expectation-failed"):
+                top = ", ".join(f"{m} {b}->{h}" for m, b, h in v.delta.histogram[:8])
+                res = ", ".join(f"{k} {b}->{h}" for k, (b, h) in v.delta.resources.items())
+                console.print(Text(f"{v.id}: instructions {_arrow(*v.delta.instructions)}"
+                                   + (f"; {top}" if top else "") + (f"; {res}" if res else "")))
+    for v in report.verdicts:
+        if v.message and v.verdict in ("error", "expectation-failed", "new", "unused"):
+            console.print(Text(f"{v.verdict}: {v.id}: {v.message}", style=_VERDICT_STYLE.get(v.verdict, "")))
+    for problem in report.problems:
+        console.print(Text(f"untrusted: {problem}", style="red"))
+    if report.isolation_violations:
+        console.print(Text("isolation violated: " + ", ".join(v.id for v in report.isolation_violations),
+                           style="bold red"))
+    console.print(Text(summary_line(report)))
+
+
+def render_junit(report) -> str:
+    from xml.etree import ElementTree as ET
+
+    suite = ET.Element("testsuite", name="xisa", tests=str(len(report.verdicts)))
+    failures = errors = 0
+    for v in report.verdicts:
+        case = ET.SubElement(suite, "testcase", classname=f"xisa.{v.target}", name=f"{v.kernel}:{v.case}")
+        if v.verdict == "error":
+            errors += 1
+            ET.SubElement(case, "error", message=v.message[:500]).text = v.message
+        elif v.is_regression:
+            failures += 1
+            detail = v.message
+            if v.delta:
+                detail += "\n" + "\n".join(f"{m}: {b} -> {h}" for m, b, h in v.delta.histogram[:20])
+            ET.SubElement(case, "failure", message=f"{v.verdict}: {v.message}"[:500]).text = detail
+    for problem in report.problems:
+        errors += 1
+        case = ET.SubElement(suite, "testcase", classname="xisa", name="toolchain")
+        ET.SubElement(case, "error", message=problem[:500]).text = problem
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    return ET.tostring(suite, encoding="unicode") + "\n"

@@ -9,6 +9,7 @@ from xisa.errors import SpecError
 from xisa.expect import Failure, evaluate, validate
 from xisa.project import Project, load_project
 from xisa.result import CellResult
+from xisa.shard import parse_shard, shard_of  # noqa: F401  (re-exported)
 from xisa.spec import Cell, KernelSpec, build_cells, discover_spec_files, load_specs
 from xisa.target import Target, load_targets, select_targets
 
@@ -54,3 +55,33 @@ def expectation_failures(cell: Cell, result: CellResult) -> list[Failure]:
     if not result.ok or result.analysis is None:
         return []
     return evaluate(cell.expect, cell.target.name, result.analysis, path=cell.kernel.spec_path, field=cell.field_path)
+
+
+
+
+@dataclass
+class Run:
+    """One compile of a selection: the cells, their results and expectation failures."""
+
+    targets: list[Target]
+    cells: list[Cell]
+    results: list[CellResult]
+    failures: dict[str, list[Failure]]
+
+    @property
+    def backends(self) -> set[str]:
+        return {t.backend for t in self.targets}
+
+
+def compile_selection(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None, options,
+                      shard: tuple[int, int] | None = None, progress=None) -> Run:
+    from xisa.runner import run_cells
+
+    chosen, cells = ws.select(arch=arch, kernel=kernel)
+    if shard is not None:
+        index, count = shard
+        cells = [c for c in cells if shard_of(c.id, count) == index - 1]
+    results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir, options=options,
+                        progress=progress)
+    failures = {cell.id: expectation_failures(cell, result) for cell, result in zip(cells, results)}
+    return Run(targets=chosen, cells=cells, results=results, failures=failures)

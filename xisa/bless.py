@@ -1,0 +1,82 @@
+"""Accept the current compile as the goldens of a selection. Never in CI; never a half-written file."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xisa.errors import UsageError
+from xisa.golden import (golden_lock, golden_paths, list_goldens, read_golden, recover_pending, remove_golden,
+                         render_golden, write_golden)
+from xisa.result import CellResult
+from xisa.errors import GoldenError
+from xisa.verdict import matches_filters
+
+
+@dataclass
+class BlessOutcome:
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    skipped_errors: list[str] = field(default_factory=list)
+
+
+def refuse_in_ci(environ: dict[str, str] | None = None) -> None:
+    env = os.environ if environ is None else environ
+    if env.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        raise UsageError("refusing to write goldens: the CI variable is set, and CI never writes",
+                         field="CI", fix="run `xisa bless` locally and commit the goldens")
+
+
+def _same_content(existing: str, new: str) -> bool:
+    """Equal but for the `generated_by` line, which names the command and should not churn a diff."""
+    strip = lambda text: "\n".join(l for l in text.splitlines() if not l.startswith("generated_by:"))  # noqa: E731
+    return strip(existing) == strip(new)
+
+
+def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, toolchain: dict[str, str],
+          command: str, stream_files: bool, selected_targets: set[str], kernel_filters: list[str] | None,
+          lock_timeout: float = 30.0) -> BlessOutcome:
+    refuse_in_ci()
+    outcome = BlessOutcome()
+
+    def show(path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(display_root.resolve()))
+        except ValueError:
+            return str(path)
+
+    with golden_lock(golden_dir, timeout=lock_timeout):
+        outcome.recovered = [show(p) for p in recover_pending(golden_dir)]
+        seen = set()
+        for result in results:
+            key = (result.kernel, result.case, result.target)
+            seen.add(key)
+            if not result.ok:
+                outcome.skipped_errors.append(result.id)
+                continue
+            yaml_path, stream_path = golden_paths(golden_dir, *key)
+            yaml_text, stream_text = render_golden(result, toolchain=toolchain, command=command,
+                                                   stream_file=stream_files)
+            if yaml_path.exists():
+                try:
+                    current = yaml_path.read_text(encoding="utf-8")
+                    read_golden(yaml_path, stream_path, display=show(yaml_path))  # corrupt ones get rewritten
+                    if _same_content(current, yaml_text) and (stream_text is not None) == stream_path.exists():
+                        outcome.unchanged.append(show(yaml_path))
+                        continue
+                except (OSError, GoldenError):
+                    pass
+            write_golden(yaml_path, stream_path, yaml_text, stream_text)
+            outcome.written.append(show(yaml_path))
+        # Unused goldens go only when the selection is complete: every selected cell compiled.
+        if not outcome.skipped_errors:
+            for key in list_goldens(golden_dir):
+                if key in seen or not matches_filters(*key, selected_targets, kernel_filters):
+                    continue
+                yaml_path, stream_path = golden_paths(golden_dir, *key)
+                remove_golden(yaml_path, stream_path)
+                outcome.removed.append(show(yaml_path))
+    return outcome

@@ -1,0 +1,226 @@
+"""Verdicts: every selected cell against its golden, with scopes and expectations.
+
+Pure: takes results and goldens, returns a report object; rendering and writing live elsewhere.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError
+from xisa.expect import Failure
+from xisa.golden import Golden, golden_paths, list_goldens, read_golden
+from xisa.result import CellResult
+from xisa.shard import shard_of
+
+SAME, CHANGED, NEW, UNUSED, ERROR, EXPECT_FAILED = "same", "changed", "new", "unused", "error", "expectation-failed"
+RESOURCE_DELTA_KEYS = ("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes",
+                       "occupancy", "registers", "local_bytes", "stack_bytes", "kernarg_bytes")
+
+
+@dataclass(frozen=True)
+class Scope:
+    target: str
+    kernel: str = "*"
+    case: str = "*"
+
+    @classmethod
+    def parse(cls, text: str) -> "Scope":
+        parts = text.split(":")
+        if len(parts) > 3 or not all(parts):
+            raise GoldenError(f"scope {text!r} is not TARGET[:KERNEL[:CASE]]", field="--scope",
+                              fix="e.g. --scope 'gfx11*' or --scope gfx942:sparse_mla")
+        return cls(*parts)
+
+    def covers(self, kernel: str, case: str, target: str) -> bool:
+        return (fnmatch.fnmatchcase(target, self.target) and fnmatch.fnmatchcase(kernel, self.kernel)
+                and fnmatch.fnmatchcase(case, self.case))
+
+
+@dataclass
+class Delta:
+    instructions: tuple[int, int]
+    histogram: list[tuple[str, int, int]]            # (mnemonic, base, head), largest change first
+    resources: dict[str, tuple[Any, Any]]
+    binding_changed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instructions": list(self.instructions),
+                "histogram": [{"mnemonic": m, "base": b, "head": h} for m, b, h in self.histogram],
+                "resources": {k: list(v) for k, v in self.resources.items()},
+                "binding_changed": self.binding_changed}
+
+
+@dataclass
+class CellVerdict:
+    kernel: str
+    case: str
+    target: str
+    verdict: str
+    in_scope: bool = False
+    message: str = ""
+    golden_file: str = ""
+    head: CellResult | None = None
+    base: Golden | None = None
+    delta: Delta | None = None
+    expectations: list[Failure] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"{self.kernel}:{self.case}@{self.target}"
+
+    @property
+    def is_regression(self) -> bool:
+        if self.verdict == CHANGED:
+            return not self.in_scope
+        return self.verdict in (NEW, UNUSED, EXPECT_FAILED)
+
+    def to_json(self) -> dict[str, Any]:
+        head = self.head.analysis if self.head and self.head.analysis else None
+        base = self.base.data if self.base else None
+        return {
+            "kernel": self.kernel, "case": self.case, "target": self.target, "verdict": self.verdict,
+            "in_scope": self.in_scope, "message": self.message, "golden": self.golden_file,
+            "head_sha256": head.sha256 if head else None, "base_sha256": base["sha256"] if base else None,
+            "head_instructions": head.instructions if head else None,
+            "base_instructions": base["instructions"] if base else None,
+            "head_resources": dict(head.resources) if head else None,
+            "base_resources": dict(base["resources"]) if base else None,
+            "delta": self.delta.to_json() if self.delta else None,
+            "expectations": [str(f) for f in self.expectations],
+        }
+
+
+@dataclass
+class CheckReport:
+    verdicts: list[CellVerdict]
+    toolchain: dict[str, str]
+    golden_toolchains: dict[str, list[str]]     # triton version -> golden files made with it
+    scopes: list[str]
+    problems: list[str] = field(default_factory=list)   # whole-run reasons not to trust the result
+
+    @property
+    def isolation_violations(self) -> list[CellVerdict]:
+        return [v for v in self.verdicts if v.verdict == CHANGED and not v.in_scope]
+
+    @property
+    def exit_code(self) -> int:
+        if self.problems or any(v.verdict == ERROR for v in self.verdicts):
+            return EXIT_UNTRUSTED
+        if any(v.is_regression for v in self.verdicts):
+            return EXIT_REGRESSION
+        return EXIT_OK
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for v in self.verdicts:
+            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        from xisa.report import JSON_SCHEMA_VERSION
+
+        return {
+            "schema": JSON_SCHEMA_VERSION, "kind": "check", "toolchain": self.toolchain, "scopes": self.scopes,
+            "exit_code": self.exit_code, "counts": self.counts(), "problems": list(self.problems),
+            "isolation_violated": [v.id for v in self.isolation_violations],
+            "cells": [v.to_json() for v in self.verdicts],
+        }
+
+
+def compute_delta(base: dict[str, Any], head_result: CellResult) -> Delta:
+    head = head_result.analysis
+    assert head is not None
+    names = set(base["histogram"]) | set(head.histogram)
+    hist = [(m, int(base["histogram"].get(m, 0)), int(head.histogram.get(m, 0))) for m in names]
+    hist = [row for row in hist if row[1] != row[2]]
+    hist.sort(key=lambda row: (-abs(row[2] - row[1]), row[0]))
+    resources = {}
+    for key in RESOURCE_DELTA_KEYS:
+        b, h = base["resources"].get(key), head.resources.get(key)
+        if b != h and (b is not None or h is not None):
+            resources[key] = (b, h)
+    return Delta(instructions=(base["instructions"], head.instructions), histogram=hist, resources=resources,
+                 binding_changed=base.get("binding") != head_result.binding)
+
+
+def matches_filters(kernel: str, case: str, target: str, targets: set[str], kernel_filters: list[str] | None) -> bool:
+    if target not in targets:
+        return False
+    if not kernel_filters:
+        return True
+    for flt in kernel_filters:
+        kpat, _, cpat = flt.partition(":")
+        if fnmatch.fnmatchcase(kernel, kpat) and (not cpat or fnmatch.fnmatchcase(case, cpat)):
+            return True
+    return False
+
+
+def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, golden_dir: Path,
+                 display_root: Path, selected_targets: set[str], kernel_filters: list[str] | None,
+                 scopes: list[str], toolchain: dict[str, str], shard: tuple[int, int] | None = None) -> CheckReport:
+    parsed_scopes = [Scope.parse(s) for s in scopes]
+    verdicts: list[CellVerdict] = []
+    golden_toolchains: dict[str, list[str]] = {}
+    problems: list[str] = []
+
+    def show(path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(display_root.resolve()))
+        except ValueError:
+            return str(path)
+
+    seen: set[tuple[str, str, str]] = set()
+    for result in results:
+        key = (result.kernel, result.case, result.target)
+        seen.add(key)
+        yaml_path, stream_path = golden_paths(golden_dir, *key)
+        verdict = CellVerdict(kernel=result.kernel, case=result.case, target=result.target, verdict=SAME,
+                              golden_file=show(yaml_path), head=result,
+                              in_scope=any(s.covers(*key) for s in parsed_scopes))
+        verdicts.append(verdict)
+        golden = None
+        if yaml_path.exists():
+            try:
+                golden = read_golden(yaml_path, stream_path, display=show(yaml_path))
+                verdict.base = golden
+                golden_toolchains.setdefault(golden.toolchain.get("triton", "?"), []).append(show(yaml_path))
+            except GoldenError as exc:
+                verdict.verdict, verdict.message = ERROR, f"corrupt golden: {exc}"
+                continue
+        if not result.ok:
+            verdict.verdict, verdict.message = ERROR, result.error or "compile failed"
+            continue
+        verdict.expectations = failures.get(result.id, [])
+        if golden is None:
+            verdict.verdict, verdict.message = NEW, "no golden (run `xisa bless` to record it)"
+        else:
+            delta = compute_delta(golden.data, result)
+            changed = golden.data["sha256"] != result.analysis.sha256 or bool(delta.resources)
+            if changed:
+                verdict.verdict, verdict.delta = CHANGED, delta
+                verdict.message = "changed in scope" if verdict.in_scope else "changed outside the declared scope"
+        if verdict.expectations:
+            verdict.verdict = EXPECT_FAILED
+            verdict.message = "; ".join(str(f) for f in verdict.expectations)
+    for key in list_goldens(golden_dir):
+        if key in seen or not matches_filters(*key, selected_targets, kernel_filters):
+            continue
+        if shard is not None and shard_of(f"{key[0]}:{key[1]}@{key[2]}", shard[1]) != shard[0] - 1:
+            continue
+        yaml_path, _ = golden_paths(golden_dir, *key)
+        verdicts.append(CellVerdict(kernel=key[0], case=key[1], target=key[2], verdict=UNUSED,
+                                    golden_file=show(yaml_path), message="golden with no cell (run `xisa bless` to remove it)"))
+    installed = toolchain.get("triton")
+    others = {v: files for v, files in golden_toolchains.items() if v != installed}
+    if others:
+        version, files = next(iter(sorted(others.items())))
+        problems.append(f"goldens were made with Triton {version} ({len(files)} files, e.g. {files[0]}) but Triton "
+                        f"{installed} is installed: fingerprints cannot be compared (fix: install triton=={version} "
+                        f"or re-bless with {installed})")
+    verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
+    return CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains=golden_toolchains, scopes=scopes,
+                       problems=problems)
