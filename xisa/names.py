@@ -20,3 +20,25 @@ def check_name(kind: str, value: object, pattern: re.Pattern, *, path: str | Non
             fix=f"use only the characters {pattern.pattern[1:-1]}, no path separators or '..'",
         )
     return value
+
+
+def closest(name: str, candidates: list[str]) -> str | None:
+    """The candidate nearest by edit distance; ties go to the longest common prefix (gfx1101 -> gfx1100)."""
+    if not candidates:
+        return None
+
+    def distance(a: str, b: str) -> int:
+        row = list(range(len(b) + 1))
+        for i, ca in enumerate(a, 1):
+            prev, row[0] = row[0], i
+            for j, cb in enumerate(b, 1):
+                prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+        return row[-1]
+
+    def prefix(a: str, b: str) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    return min(sorted(candidates), key=lambda c: (distance(name, c), -prefix(name, c)))

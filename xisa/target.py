@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from xisa.errors import TargetError
-from xisa.names import TARGET_NAME
+from xisa.names import TARGET_NAME, closest
 from xisa.yamlio import load_yaml
 
 BACKENDS = ("hip", "cuda")
@@ -164,7 +163,7 @@ def select_targets(known: dict[str, Target], patterns: list[str] | None) -> list
 
 
 def unknown_target(name: str, known: dict[str, Target]) -> TargetError:
-    closest = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.0)
-    hint = f"did you mean {closest[0]!r}? " if closest else ""
+    near = closest(name, sorted(known))
+    hint = f"did you mean {near!r}? " if near else ""
     return TargetError(f"unknown target {name!r}; {hint}known targets: {', '.join(sorted(known))}",
                        field="--arch", fix="pick a known target or add targets/<name>.yaml")

@@ -1,0 +1,88 @@
+"""`xisa compile`, `targets`, `kernels` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_compile_json_has_the_documented_fields(run_xisa, tinyproj):
+    out = run_xisa("compile", "--arch", "gfx942", "--arch", "gfx11*", "--json", cwd=tinyproj)
+    assert out.code == 0, out.err
+    payload = json.loads(out.out)
+    assert payload["toolchain"]["triton"]
+    cells = {(c["kernel"], c["case"], c["target"]): c for c in payload["cells"]}
+    assert set(cells) == {("scale", "small", "gfx942"), ("scale", "big", "gfx942"), ("dot", "f16_32", "gfx942"),
+                          ("scale", "small", "gfx1100"), ("scale", "big", "gfx1100"), ("dot", "f16_32", "gfx1100")}
+    for cell in cells.values():
+        assert cell["status"] == "ok" and cell["error"] is None
+        assert len(cell["sha256"]) == 64 and cell["instructions"] == sum(cell["histogram"].values())
+        for key in ("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes",
+                    "occupancy", "llvm_occupancy"):
+            assert key in cell["resources"]
+        assert cell["signature"]["x_ptr" if cell["kernel"] == "scale" else "a_ptr"].startswith("*")
+    assert cells[("dot", "f16_32", "gfx1100")]["classes"]["matrix"] > 0
+    assert cells[("scale", "small", "gfx942")]["attrs"]["x_ptr"] == ["tt.divisibility=16", "tt.pointer_range=32"]
+    assert cells[("scale", "small", "gfx942")]["signature"]["n"] == "i32"
+
+
+def test_compile_table_counts_and_emit(run_xisa, tinyproj, tmp_path):
+    emit = tmp_path / "stages"
+    out = run_xisa("compile", "--arch", "gfx1100", "--kernel", "dot", "--count", "v_wmma*", "--emit", str(emit),
+                   cwd=tinyproj)
+    assert out.code == 0, out.err
+    assert "v_wmma*" in out.out and "dot:f16_32" in out.out
+    folder = emit / "dot" / "f16_32" / "gfx1100"
+    for stage in ("ttir", "ttgir", "llir", "amdgcn", "hsaco", "normalized"):
+        assert (folder / f"dot.{stage}").stat().st_size > 0
+
+
+def test_unknown_arch_exits_2_naming_known_and_closest(run_xisa, tinyproj):
+    out = run_xisa("compile", "--arch", "gfx1101", cwd=tinyproj)
+    assert out.code == 2
+    assert "unknown target 'gfx1101'" in out.err and "did you mean 'gfx1100'" in out.err
+    assert "gfx942" in out.err and "Traceback" not in out.err
+
+
+def test_spec_error_names_file_and_field(run_xisa, tinyproj):
+    path = tinyproj / "kernels" / "scale.yaml"
+    path.write_text(path.read_text().replace("function: scale_kernel", "function: scale_kernal"))
+    out = run_xisa("compile", cwd=tinyproj)
+    assert out.code == 2
+    assert "kernels/scale.yaml: function" in out.err and "did you mean 'scale_kernel'" in out.err
+
+
+def test_one_broken_cell_is_an_error_cell_while_the_rest_complete(run_xisa, tinyproj):
+    # BLOCK=1000 is not a power of two: Triton refuses tl.arange for that case only.
+    path = tinyproj / "kernels" / "scale.yaml"
+    path.write_text(path.read_text() + "  - name: broken\n    constexprs: {BLOCK: 1000}\n")
+    out = run_xisa("compile", "--json", cwd=tinyproj)
+    assert out.code == 2
+    cells = json.loads(out.out)["cells"]
+    broken = [c for c in cells if c["case"] == "broken"]
+    assert len(broken) == 3 and all(c["status"] == "error" for c in broken)
+    assert all("power of 2" in c["error"] for c in broken)
+    assert all(c["status"] == "ok" for c in cells if c["case"] != "broken")
+    assert "error scale:broken@gfx942" in out.err
+
+
+def test_argument_not_matching_kernel_is_a_bind_error(run_xisa, tinyproj):
+    path = tinyproj / "kernels" / "scale.yaml"
+    path.write_text(path.read_text().replace("    n: 4096", "    count: 4096"))
+    out = run_xisa("compile", "--arch", "gfx942", "--json", cwd=tinyproj)
+    assert out.code == 2
+    errors = [c["error"] for c in json.loads(out.out)["cells"] if c["kernel"] == "scale"]
+    assert errors and all("no parameter 'count'" in e for e in errors)
+
+
+def test_targets_and_kernels_list(run_xisa, tinyproj):
+    out = run_xisa("targets", "--json", cwd=tinyproj)
+    assert out.code == 0
+    names = {t["name"] for t in json.loads(out.out)}
+    assert {"gfx1100", "gfx1200", "gfx1201", "gfx942", "gfx950"} <= names
+    out = run_xisa("kernels", cwd=tinyproj)
+    assert out.code == 0 and "2 kernels, 3 cases, 8 cells" in out.out
+
+
+def test_refused_environment_variable_exits_2(run_xisa, tinyproj):
+    out = run_xisa("compile", "--no-cache", cwd=tinyproj, env={"TRITON_KERNEL_OVERRIDE": "1"})
+    assert out.code == 2 and "TRITON_KERNEL_OVERRIDE" in out.err
