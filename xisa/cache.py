@@ -108,6 +108,10 @@ def cell_key(cell: Cell, roots: tuple[Path, ...], *, source: str | None = None) 
     return hashlib.sha256(blob).hexdigest()
 
 
+def _digest(record: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
 class ResultCache:
     def __init__(self, directory: Path, *, enabled: bool = True):
         self.directory = directory / "results"
@@ -121,9 +125,13 @@ class ResultCache:
             return None
         try:
             data = json.loads(self._path(key).read_text(encoding="utf-8"))
-            if data.get("key") != key:
+            if data.get("key") != key or data.get("digest") != _digest(data["result"]):
                 return None
-            return CellResult.from_cache(data["result"])
+            result = CellResult.from_cache(data["result"])
+            stream = result.analysis.stream_text if result.analysis else ""
+            if result.analysis and hashlib.sha256(stream.encode()).hexdigest() != result.analysis.sha256:
+                return None
+            return result
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None  # absent or corrupt: compile again
 
@@ -136,7 +144,8 @@ class ResultCache:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"key": key, "result": result.to_cache()}, handle, sort_keys=True)
+                record = result.to_cache()
+                json.dump({"key": key, "digest": _digest(record), "result": record}, handle, sort_keys=True)
             os.replace(tmp, path)
         except OSError:
             pass  # a cache that cannot be written only costs speed

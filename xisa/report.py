@@ -20,7 +20,7 @@ def compile_payload(results: list[CellResult], failures: dict[str, list[Failure]
     cells = []
     for result in results:
         entry = result.to_json()
-        entry["expectations"] = [str(f) for f in failures.get(result.id, [])]
+        entry["expectations_failed"] = [str(f) for f in failures.get(result.id, [])]
         cells.append(entry)
     return {"schema": JSON_SCHEMA_VERSION, "toolchain": describe_toolchain(backends=backends), "cells": cells}
 

@@ -101,6 +101,7 @@ class CheckReport:
     golden_toolchains: dict[str, list[str]]     # triton version -> golden files made with it
     scopes: list[str]
     problems: list[str] = field(default_factory=list)   # whole-run reasons not to trust the result
+    shard: tuple[int, int] | None = None
 
     @property
     def isolation_violations(self) -> list[CellVerdict]:
@@ -125,6 +126,7 @@ class CheckReport:
 
         return {
             "schema": JSON_SCHEMA_VERSION, "kind": "check", "toolchain": self.toolchain, "scopes": self.scopes,
+            "shard": list(self.shard) if self.shard else None,
             "exit_code": self.exit_code, "counts": self.counts(), "problems": list(self.problems),
             "isolation_violated": [v.id for v in self.isolation_violations],
             "cells": [v.to_json() for v in self.verdicts],
@@ -223,4 +225,4 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                         f"or re-bless with {installed})")
     verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
     return CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains=golden_toolchains, scopes=scopes,
-                       problems=problems)
+                       problems=problems, shard=shard)

@@ -52,8 +52,9 @@ _LABEL_REF = re.compile(r"`\(([.$A-Za-z_][\w.$]*)\)|\b(LBB\d+)\b|(\.L_x_\d+)\b")
 _HEX_TARGET = re.compile(r"(?<![\w.+\-\[])0x([0-9a-fA-F]+)\s*$")
 _SPACES = re.compile(r"\s+")
 
-# Opcodes whose last operand may be a code address inside the function (relative branch targets).
-_CODE_TARGET_OPS = frozenset({"BRA", "BSSY", "CALL", "BREAK", "BPT", "JMP", "WARPSYNC"})
+# Opcodes whose last operand may be a code address inside the function (relative targets; not
+# WARPSYNC masks, BPT codes or .ABS calls).
+_CODE_TARGET_OPS = frozenset({"BRA", "BSSY", "CALL"})
 # Opcodes after which a basic block ends (a predicated one too: the fall-through starts a block).
 _TERMINATORS = frozenset({"BRA", "BRX", "JMP", "JMX", "CALL", "RET", "EXIT", "KILL"})
 
@@ -79,7 +80,7 @@ CLASS_RULES: tuple[tuple[str, re.Pattern], ...] = (
         r"|I(?:ADD|ADD3|ADD32I|MAD|MAD32I|MADSP|MUL|MNMX|SCADD|SETP|ABS|DP|DP4A|DE)"
         r"|VIADD|VIMNMX|VIMNMX3|VHMNMX|VABSDIFF|VABSDIFF4"
         r"|LEA|LOP|LOP3|LOP32I|SHF|SHL|SHR|POPC|FLO|BREV|BMSK|SGXT|PRMT|SEL|MOV|MOV32I|CS2R|R2P|P2R"
-        r"|PLOP3|PSETP|LEPC|HFMA2\w*)$")),
+        r"|PLOP3|PSETP|LEPC|VIADDMNMX)$")),
 )
 CLASSES = tuple(name for name, _ in CLASS_RULES) + ("other",)
 

@@ -185,3 +185,30 @@ def diff(
                                   toolchain=toolchain)
     _emit_report(report, fmt, output, counts=count or [], title=title, quiet=False)
     raise typer.Exit(EXIT_UNTRUSTED if report.exit_code == EXIT_UNTRUSTED else EXIT_OK)
+
+
+@app.command()
+def merge(
+    reports: Annotated[list[Path], typer.Argument(help="JSON reports of `xisa check --shard I/N --format json`.")],
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    output: OutputOption = None,
+) -> None:
+    """Combine shard reports into one verdict; refuses missing, duplicate or mixed-toolchain shards."""
+    from xisa.merge import merge_reports
+
+    merged = merge_reports(list(reports))
+    if fmt == "json":
+        text = json.dumps(merged, indent=2, sort_keys=True) + "\n"
+    else:
+        lines = [f"{c['verdict']}: {c['kernel']}:{c['case']}@{c['target']}" for c in merged["cells"]
+                 if c["verdict"] != "same"]
+        lines += [f"untrusted: {p}" for p in merged["problems"]]
+        if merged["isolation_violated"]:
+            lines.append("isolation violated: " + ", ".join(merged["isolation_violated"]))
+        lines.append(", ".join(f"{k}: {v}" for k, v in merged["counts"].items()) + f" ({len(merged['cells'])} cells)")
+        text = "\n".join(lines) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text, encoding="utf-8")
+    raise typer.Exit(merged["exit_code"])

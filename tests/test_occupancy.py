@@ -1,0 +1,65 @@
+"""Occupancy: xisa's own figure against LLVM's, and the LDS limit LLVM cannot see."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xisa.analyze.occupancy import amd_waves_per_simd
+from xisa.target import load_targets
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS = load_targets([REPO / "targets"])
+
+
+@pytest.fixture(scope="module")
+def corpus_cells(shared_cache):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XISA_CACHE_DIR": str(shared_cache)}
+    proc = subprocess.run([sys.executable, "-m", "xisa", "compile", "--arch", "gfx*", "--json"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    return json.loads(proc.stdout)["cells"]
+
+
+def test_register_occupancy_equals_llvm_for_every_bundled_cell(corpus_cells):
+    """LLVM's figure counts registers and ignores Triton's dynamic LDS; with LDS left out ours must agree."""
+    compared = 0
+    for cell in corpus_cells:
+        if cell["status"] != "ok" or cell["options"].get("waves_per_eu"):
+            continue
+        res = cell["resources"]
+        ours = amd_waves_per_simd(TARGETS[cell["target"]], vgprs=res["vgprs"], agprs=res["agprs"],
+                                  sgprs=res["sgprs"], lds_bytes=0, num_warps=cell["options"]["num_warps"])
+        assert ours == res["llvm_occupancy"], cell["kernel"] + ":" + cell["case"] + "@" + cell["target"]
+        if res["lds_bytes"] == 0:
+            assert res["occupancy"] == res["llvm_occupancy"]
+        compared += 1
+    assert compared >= 20
+
+
+def test_lds_limits_occupancy_where_llvm_does_not_see_it():
+    gfx942 = TARGETS["gfx942"]
+    # 64 VGPRs alone allow 8 waves per SIMD; 32 KiB of LDS per 4-wave workgroup allows 2 groups per CU,
+    # i.e. 8 waves over 4 SIMDs = 2 per SIMD.
+    assert amd_waves_per_simd(gfx942, vgprs=64, agprs=0, sgprs=32, lds_bytes=0, num_warps=4) == 8
+    assert amd_waves_per_simd(gfx942, vgprs=64, agprs=0, sgprs=32, lds_bytes=32768, num_warps=4) == 2
+    # gfx950 has 160 KiB: 5 such groups -> 20 waves / 4 SIMDs = 5
+    assert amd_waves_per_simd(TARGETS["gfx950"], vgprs=64, agprs=0, sgprs=32, lds_bytes=32768, num_warps=4) == 5
+    # more LDS than a workgroup may have: cannot launch
+    assert amd_waves_per_simd(gfx942, vgprs=64, agprs=0, sgprs=32, lds_bytes=65537, num_warps=4) == 0
+
+
+@pytest.mark.parametrize("target,vgprs,agprs,expected", [
+    ("gfx942", 128, 0, 4), ("gfx942", 256, 160, 1), ("gfx942", 129, 0, 3), ("gfx942", 100, 28, 4),
+    ("gfx1100", 96, 0, 16), ("gfx1100", 97, 0, 12), ("gfx1100", 256, 0, 5), ("gfx1201", 192, 0, 8),
+])
+def test_vgpr_granules(target, vgprs, agprs, expected):
+    # gfx942: unified 512, granule 8, AGPRs after VGPRs rounded to 4; gfx11/12 wave32: 1536, granule 24.
+    assert amd_waves_per_simd(TARGETS[target], vgprs=vgprs, agprs=agprs, sgprs=32, lds_bytes=0,
+                              num_warps=4) == expected

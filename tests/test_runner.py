@@ -1,0 +1,99 @@
+"""The worker pool, the result cache and sharding."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from conftest import FIXTURES
+
+
+def cells_of(out) -> list[dict]:
+    return sorted(json.loads(out.out)["cells"], key=lambda c: (c["kernel"], c["case"], c["target"]))
+
+
+def comparable(report: dict) -> list[tuple]:
+    return [(c["kernel"], c["case"], c["target"], c["verdict"], c["head_sha256"], c["in_scope"])
+            for c in sorted(report["cells"], key=lambda c: (c["target"], c["kernel"], c["case"]))]
+
+
+def test_parallel_and_serial_reports_are_identical(run_xisa, tinyproj, tmp_path):
+    serial = run_xisa("compile", "--json", "--jobs", "1", "--no-cache", cwd=tinyproj)
+    parallel = run_xisa("compile", "--json", "--jobs", "3", "--no-cache", cwd=tinyproj)
+    strip = lambda cells: [{k: v for k, v in c.items() if k != "seconds"} for c in cells]  # noqa: E731
+    assert strip(cells_of(serial)) == strip(cells_of(parallel))
+
+
+def test_hanging_and_crashing_cells_fail_alone(run_xisa, tinyproj):
+    for name in ("hang.py", "hang.yaml", "crash.py", "crash.yaml"):
+        shutil.copy(FIXTURES / "faulty" / name, tinyproj / "kernels" / name)
+    started = time.monotonic()
+    out = run_xisa("compile", "--json", "--jobs", "2", "--timeout", "20", "--arch", "gfx942", cwd=tinyproj)
+    assert time.monotonic() - started < 120
+    assert out.code == 2
+    cells = {c["kernel"]: c for c in cells_of(out)}
+    assert cells["hang"]["status"] == "error" and "longer than 20 s" in cells["hang"]["error"]
+    assert cells["crash"]["status"] == "error" and "died" in cells["crash"]["error"]
+    assert cells["scale"]["status"] == "ok" and cells["dot"]["status"] == "ok"
+
+
+def test_corrupt_cache_entry_is_recompiled(run_xisa, tinyproj, tmp_path):
+    cache = tmp_path / "cache"
+    env = {"XISA_CACHE_DIR": str(cache)}
+    first = run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj, env=env)
+    entries = sorted((cache / "results").rglob("*.json"))
+    assert len(entries) == 3
+    entries[0].write_text('{"key": "broken')
+    entries[1].write_text(entries[1].read_text().replace('"sha256": "', '"sha256": "0'))  # still JSON
+    second = run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj, env=env)
+    assert second.code == 0
+    assert [c["sha256"] for c in cells_of(second)] == [c["sha256"] for c in cells_of(first)]
+    assert "broken" not in entries[0].read_text()   # rewritten by the recompile
+    assert run_xisa("cache", "clear", cwd=tinyproj, env=env).out.startswith("removed 3 cached results")
+
+
+def test_warm_run_does_not_import_triton(run_xisa, tinyproj, tmp_path):
+    env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
+    assert run_xisa("compile", "--arch", "gfx942", cwd=tinyproj, env=env).code == 0
+    probe = tmp_path / "probe.py"
+    probe.write_text("import sys, runpy\nsys.argv=['xisa','compile','--arch','gfx942']\n"
+                     "try:\n    runpy.run_module('xisa', run_name='__main__')\nexcept SystemExit as e:\n"
+                     "    print('TRITON' if 'triton' in sys.modules else 'NO-TRITON', e.code, file=sys.stderr)\n")
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(probe)], cwd=tinyproj, capture_output=True, text=True,
+                          env={**os.environ, **env})
+    assert "NO-TRITON 0" in proc.stderr
+
+
+def test_shards_merge_to_the_unsharded_report(run_xisa, tinyproj, tmp_path):
+    assert run_xisa("bless", cwd=tinyproj).code == 0
+    source = tinyproj / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))
+    (tinyproj / "golden" / "dot" / "f16_32" / "gfx942.yaml").unlink()
+    whole = run_xisa("check", "--format", "json", cwd=tinyproj)
+    assert whole.code == 1
+    paths = []
+    for index in (1, 2, 3):
+        path = tmp_path / f"shard-{index}.json"
+        out = run_xisa("check", "--shard", f"{index}/3", "--format", "json", "--output", str(path), cwd=tinyproj)
+        assert out.code in (0, 1)
+        paths.append(str(path))
+    shard_cells = [len(json.loads(Path(p).read_text())["cells"]) for p in paths]
+    assert sum(shard_cells) == len(json.loads(whole.out)["cells"])
+    merged = run_xisa("merge", *paths, "--format", "json", cwd=tinyproj)
+    assert merged.code == whole.code == 1
+    assert comparable(json.loads(merged.out)) == comparable(json.loads(whole.out))
+    missing = run_xisa("merge", paths[0], paths[2], cwd=tinyproj)
+    assert missing.code == 2 and "missing shard(s) 2/3" in missing.err
+    duplicate = run_xisa("merge", paths[0], paths[0], paths[1], paths[2], cwd=tinyproj)
+    assert duplicate.code == 2 and "given twice" in duplicate.err
+    other = json.loads(Path(paths[1]).read_text())
+    other["toolchain"] = {"triton": "3.6.0"}
+    Path(paths[1]).write_text(json.dumps(other))
+    mixed = run_xisa("merge", *paths, cwd=tinyproj)
+    assert mixed.code == 2 and "different toolchains" in mixed.err
