@@ -230,9 +230,6 @@ def _plain(value: Any) -> Any:
 
 def bind_cell(cell: Cell, fn) -> BoundCell:
     """Run Triton's runtime binder on the cell's stand-ins, exactly as `JITFunction.run` does."""
-    from triton.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
-
     spec = cell.kernel
     path = spec.spec_path
     where = cell.field_path or "case"
@@ -259,19 +256,31 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
         section = "constexprs" if params[missing[0]].is_constexpr else "args"
         raise BindError(f"parameter {missing[0]!r} has no value for target {cell.target.name}", path=path,
                         field=f"{where}.{section}", fix=f"add {section}: {{{missing[0]}: ...}}")
-    target = cell.target.gpu_target()
+    return bind_values(fn, cell.target.gpu_target(), kwargs, cell.options, path=path, where=where,
+                       target_name=cell.target.name)
+
+
+def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, Any], *, path: str = "",
+                where: str = "case", target_name: str = "") -> BoundCell:
+    """Triton's runtime binder on argument values (stand-ins or real tensors), as `JITFunction.run` calls it."""
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    params = {p.name: p for p in fn.params}
     backend = make_backend(target)
     option_fields = _option_fields(backend, target)
-    for name, value in cell.options.items():
+    for name, value in launch_options.items():
         if name not in option_fields:
             near = difflib.get_close_matches(name, sorted(option_fields), n=1)
             fix = f"did you mean {near[0]!r}?" if near else "see the backend's options"
-            raise BindError(f"unknown launch option {name!r} for {cell.target.backend}", path=path,
+            raise BindError(f"unknown launch option {name!r} for {target_name or target.backend}", path=path,
                             field=f"{where}.options.{name}", fix=fix)
         if name in params:
             raise BindError(f"option {name!r} shadows a kernel parameter", path=path, field=f"{where}.options.{name}")
     # The launch adds these two to its kwargs before binding (JITFunction.run).
-    launch_kwargs = {**kwargs, **cell.options, "debug": False, "instrumentation_mode": ""}
+    launch_kwargs = {**kwargs, **launch_options, "debug": False}
+    if "instrumentation_mode" in option_fields:  # Triton 3.7+
+        launch_kwargs["instrumentation_mode"] = ""
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     try:
         bound_args, specialization, options = binder(**launch_kwargs)

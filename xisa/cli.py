@@ -20,7 +20,7 @@ app.add_typer(cache_app, name="cache")
 
 
 def _register() -> None:
-    from xisa.commands import check, compile, inspect  # noqa: F401  (commands register themselves)
+    from xisa.commands import check, compile, device, inspect  # noqa: F401  (commands register themselves)
 
 
 def main(argv: list[str] | None = None) -> None:

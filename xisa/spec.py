@@ -18,9 +18,9 @@ from xisa.target import Target
 from xisa.yamlio import load_yaml
 
 _FILE_KEYS = {"name", "source", "module", "function", "targets", "defaults", "cases", "description"}
-_CASE_KEYS = {"name", "args", "constexprs", "options", "targets", "overrides", "matrix", "expect", "description"}
-_LAYER_KEYS = {"args", "constexprs", "options", "targets", "expect"}
-_DEFAULT_KEYS = {"args", "constexprs", "options", "expect", "overrides"}
+_CASE_KEYS = {"name", "args", "constexprs", "options", "targets", "overrides", "matrix", "expect", "description", "runtime"}
+_LAYER_KEYS = {"args", "constexprs", "options", "targets", "expect", "runtime"}
+_DEFAULT_KEYS = {"args", "constexprs", "options", "expect", "overrides", "runtime"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class Cell:
     options: dict[str, Any]
     expect: tuple[tuple[str, dict], ...]
     field_path: str = field(default="")
+    runtime: str | None = None     # a function of the kernel module that launches and checks this case
 
     @property
     def id(self) -> str:
@@ -118,6 +119,10 @@ def _check_layer(layer: dict, path: str, fieldname: str, allowed: set[str] = _LA
             _mapping(conds, path, f"{fieldname}.expect.{pattern}")
     if "targets" in layer:
         _patterns(layer["targets"], path, f"{fieldname}.targets")
+    if "runtime" in layer and not (layer["runtime"] is None or (isinstance(layer["runtime"], str)
+                                                               and layer["runtime"].isidentifier())):
+        raise _err("must name a function of the kernel module", path, f"{fieldname}.runtime",
+                   "runtime: check_my_kernel")
     return layer
 
 
@@ -207,8 +212,10 @@ def _expand_matrix(raw: Any, path: str, fieldname: str) -> list[tuple[str, tuple
 
 
 def _merge(layers: list[dict]) -> dict[str, Any]:
-    merged: dict[str, Any] = {"args": {}, "constexprs": {}, "options": {}, "expect": {}}
+    merged: dict[str, Any] = {"args": {}, "constexprs": {}, "options": {}, "expect": {}, "runtime": None}
     for layer in layers:
+        if "runtime" in layer:
+            merged["runtime"] = layer["runtime"]
         for key in ("args", "constexprs", "options"):
             merged[key].update(copy.deepcopy(layer.get(key) or {}))
         for pattern, conds in (layer.get("expect") or {}).items():
@@ -224,7 +231,8 @@ def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
     layers = list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target.name, pattern)]
     merged = _merge(layers)
     return Cell(kernel=spec, case=case.name, target=target, args=merged["args"], constexprs=merged["constexprs"],
-                options=merged["options"], expect=tuple(merged["expect"].items()), field_path=case.field_path)
+                options=merged["options"], expect=tuple(merged["expect"].items()), field_path=case.field_path,
+                runtime=merged["runtime"])
 
 
 def build_cells(specs: list[KernelSpec], targets: list[Target], *, kernel_filters: list[str] | None = None) -> list[Cell]:
