@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,8 +26,10 @@ class Outcome:
 
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory) -> Path:
-    """One result cache for the session, so a cell compiled by one test is free for the next."""
-    return tmp_path_factory.mktemp("xisa-cache")
+    """One result cache for the session, so a cell compiled by one test is free for the next
+    (`XISA_CACHE_DIR` set by the caller, as .ci/run does, shares it with later runs too)."""
+    preset = os.environ.get("XISA_CACHE_DIR")
+    return Path(preset) if preset else tmp_path_factory.mktemp("xisa-cache")
 
 
 @pytest.fixture

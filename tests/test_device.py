@@ -1,0 +1,91 @@
+"""Device detection and gating with faked torch device properties (AMD and NVIDIA)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from xisa.device import base_gcn_arch, detect_devices, gate
+from xisa.target import load_targets
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS = load_targets([REPO / "targets"])
+
+
+def fake_torch(props: list[SimpleNamespace], *, hip: bool):
+    cuda = SimpleNamespace(is_available=lambda: bool(props), device_count=lambda: len(props),
+                           get_device_properties=lambda i: props[i])
+    return SimpleNamespace(cuda=cuda, version=SimpleNamespace(hip="7.0" if hip else None, cuda=None if hip else "12.8"))
+
+
+def amd(arch: str, name: str = "AMD GPU") -> SimpleNamespace:
+    return SimpleNamespace(name=name, gcnArchName=arch, major=9, minor=4)
+
+
+def nvidia(major: int, minor: int) -> SimpleNamespace:
+    return SimpleNamespace(name="NVIDIA H200", major=major, minor=minor)
+
+
+@pytest.mark.parametrize("props,hip,expected", [
+    (amd("gfx1100", "Radeon PRO W7900D"), True, "gfx1100"),
+    (amd("gfx942:sramecc+:xnack-", "AMD Instinct MI300X"), True, "gfx942"),
+    (amd("gfx1201"), True, "gfx1201"),
+    (nvidia(9, 0), False, "sm_90"),
+    (amd("gfx1030"), True, None),
+])
+def test_detection_maps_devices_to_targets(props, hip, expected):
+    devices = detect_devices(TARGETS, torch_module=fake_torch([props], hip=hip))
+    assert len(devices) == 1 and devices[0].target == expected
+    assert devices[0].backend == ("hip" if hip else "cuda")
+
+
+def test_feature_suffix_is_stripped():
+    assert base_gcn_arch("gfx942:sramecc+:xnack-") == "gfx942"
+    assert base_gcn_arch("gfx1100") == "gfx1100"
+
+
+def test_gating_by_target_glob_and_family():
+    mi300 = detect_devices(TARGETS, torch_module=fake_torch([amd("gfx942:sramecc+:xnack-")], hip=True))
+    assert gate("gfx942", mi300, TARGETS)[0].target == "gfx942"
+    assert gate("gfx9*", mi300, TARGETS)[0] is not None
+    assert gate("cdna3", mi300, TARGETS)[0] is not None           # a family name gates too
+    device, reason = gate("gfx11*", mi300, TARGETS)
+    assert device is None and reason == "no gfx11* device present (found gfx942 (gfx942))"
+    h200 = detect_devices(TARGETS, torch_module=fake_torch([nvidia(9, 0)], hip=False))
+    assert gate("sm_90", h200, TARGETS)[0].index == 0
+    assert gate("gfx1201", h200, TARGETS)[1].startswith("no gfx1201 device present")
+    assert gate("sm_90", [], TARGETS) == (None, "no GPU: needs sm_90")
+
+
+def test_no_torch_cuda_means_no_devices():
+    assert detect_devices(TARGETS, torch_module=fake_torch([], hip=False)) == []
+    broken = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: (_ for _ in ()).throw(RuntimeError("driver"))))
+    assert detect_devices(TARGETS, torch_module=broken) == []
+
+
+def test_device_command_skips_every_target_without_a_gpu(run_xisa, tinyproj):
+    out = run_xisa("device", "--json", cwd=tinyproj)
+    assert out.code == 0, out.err
+    report = json.loads(out.out)
+    assert report["devices"] == [] and report["cells"] == []
+    assert set(report["skipped_targets"]) >= {"gfx1100", "gfx1200", "gfx1201", "gfx942", "gfx950", "sm_90"}
+    assert set(report["skipped_targets"].values()) == {"no GPU"}
+
+
+def test_xisa_device_marker_skips_with_the_reason(pytester):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.xisa_device("gfx11*")
+        def test_needs_rdna3():
+            assert False, "must not run without a gfx11 GPU"
+
+        def test_plain():
+            pass
+    """)
+    result = pytester.runpytest("-rs", "--strict-markers")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*no GPU: needs gfx11*"])
