@@ -26,14 +26,18 @@ import triton
 import triton.language as tl
 
 try:
+    from . import check_utils as cu
     from .kv_formats import (KV_BF16, KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes,
-                             decode_kv_tile, dequant_rows_reference, kv_format_of, reader_for_arch)
+                             decode_kv_tile, dequant_rows_reference, kv_format_of, quantize_rows,
+                             reader_for_arch)
 except ImportError:  # loaded by file path rather than as the kernels package
     import os
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import check_utils as cu  # noqa: E402
     from kv_formats import (KV_BF16, KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes,  # noqa: E402
-                            decode_kv_tile, dequant_rows_reference, kv_format_of, reader_for_arch)
+                            decode_kv_tile, dequant_rows_reference, kv_format_of, quantize_rows,
+                            reader_for_arch)
 
 LOG2E = 1.4426950408889634
 
@@ -204,7 +208,7 @@ def decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     B, H, D = q.shape
     kvh = k_cache.shape[1]
     group = H // kvh
-    out = torch.empty(B, H, v_cache.shape[-1], dtype=torch.float32)
+    out = torch.empty(B, H, v_cache.shape[-1], dtype=torch.float32, device=q.device)
     for b in range(B):
         idx = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
         k = dequant_rows_reference(k_cache[idx], None if k_scale is None else k_scale[idx])
@@ -261,3 +265,85 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         HEAD_DIM=D, BLOCK_S=min(16, triton.next_power_of_2(n_split)), num_warps=4,
     )
     return out
+
+
+# --- runtime checks (xisa's on-device tier) ----------------------------------------------------
+
+def _seq_lens(batch: int, slots: int, gen, device) -> list[int]:
+    """Sequence lengths for a decode batch: a 1-key and a short sequence, the rest random, the
+    total at most half the pool (so the page table is a random subset of the slots)."""
+    cap = max(2, slots // (2 * batch))
+    lens = torch.randint(1, cap + 1, (batch,), generator=gen, device=device).tolist()
+    lens[0] = 1
+    if batch > 1:
+        lens[1] = min(cap, 37)
+    return [int(n) for n in lens]
+
+
+def _merge_splits(part: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """torch merge of split partials part [B, H, S, D], lse [B, H, S] (-inf: empty split)."""
+    m = lse.max(dim=-1, keepdim=True).values
+    w = torch.exp(lse - m)
+    return (part * w[..., None]).sum(dim=2) / w.sum(dim=-1)[..., None]
+
+
+def check_decode_stage1(case) -> None:
+    """Stage 1 over a random paged cache in the case's KV format, its splits merged in torch,
+    against the float32 reference attention over the dequantized rows."""
+    dev, gen = case.device, cu.generator(case, 0)
+    a, c = case.args, case.constexprs
+    q_shape, k_shape = case.shape("q_ptr"), case.shape("k_ptr")
+    B, H, D = q_shape
+    slots, kvh, _ = k_shape
+    num_splits = a["num_splits"]
+    fmt = {0: "bf16", 1: "fp8", 2: "int8"}[int(c["KV_FMT"])]
+    q = cu.randn(case, q_shape, gen, torch.bfloat16)
+    kf = cu.randn(case, k_shape, gen)
+    vf = cu.randn(case, k_shape, gen)
+    k_cache, k_scale = quantize_rows(kf, fmt)
+    v_cache, v_scale = quantize_rows(vf, fmt)
+    k_cache = k_cache.to(cu.spec_dtype(case, "k_ptr"))
+    v_cache = v_cache.to(cu.spec_dtype(case, "v_ptr"))
+    if k_scale is None:  # bf16 caches read no scales; the kernel still takes the pointers
+        k_scale = torch.ones(case.shape("k_scale_ptr"), dtype=torch.float32, device=dev)
+        v_scale = torch.ones(case.shape("v_scale_ptr"), dtype=torch.float32, device=dev)
+    lens = _seq_lens(B, slots, gen, dev)
+    indptr = torch.zeros(case.shape("kv_indptr_ptr"), dtype=torch.int32, device=dev)
+    indptr[1:B + 1] = torch.tensor(lens, device=dev).cumsum(0).to(torch.int32)
+    indices = torch.randperm(slots, generator=gen, device=dev).to(torch.int32)[:case.shape("kv_indices_ptr")[0]]
+    part = cu.empty(case, "part_out_ptr")
+    lse = cu.empty(case, "part_lse_ptr")
+    for name, t in (("q_ptr", q), ("k_ptr", k_cache), ("part_out_ptr", part)):
+        assert list(t.shape) == case.shape(name), (name, t.shape)
+    case.launch(decode_stage1_kernel, (B, kvh, num_splits),
+                q, k_cache, v_cache, k_scale, v_scale, indptr, indices, part, lse,
+                a["sm_scale"], num_splits,
+                a["stride_qb"], a["stride_qh"], a["stride_ks"], a["stride_kh"], a["stride_vs"], a["stride_vh"],
+                a["stride_scale_s"], a["stride_pb"], a["stride_ph"], a["stride_psplit"],
+                a["stride_lb"], a["stride_lh"], **cu.launch_kwargs(case))
+    out = _merge_splits(part[:, :, :num_splits], lse[:, :, :num_splits])
+    ref = decode_attention_reference(q, k_cache, v_cache, indptr, indices, a["sm_scale"],
+                                     None if fmt == "bf16" else k_scale, None if fmt == "bf16" else v_scale)
+    for b in range(B):  # per sequence: a long sequence's output is much smaller than a 1-key one's
+        cu.assert_close(out[b], ref[b].float(), tol=2e-2,
+                        what=f"decode stage 1 ({fmt}, READER {int(c['READER'])}), sequence {b} of {lens[b]} keys")
+
+
+def check_decode_reduce(case) -> None:
+    """The reduce stage on random split partials (a few splits empty: lse = -inf) against the
+    torch log-sum-exp merge."""
+    dev, gen = case.device, cu.generator(case, 1)
+    a = case.args
+    num_splits = a["num_splits"]
+    B, H, S, D = case.shape("part_out_ptr")
+    part = cu.randn(case, (B, H, S, D), gen)
+    lse = cu.randn(case, (B, H, S), gen, scale=3.0)
+    # Empty splits (a short sequence over many splits) and one (sequence, head) with one split.
+    lse[:, :, num_splits - 3:num_splits] = float("-inf")
+    lse[0, 0, 1:num_splits] = float("-inf")
+    out = cu.empty(case, "out_ptr")
+    case.launch(decode_reduce_kernel, (B, H), part, lse, out, num_splits,
+                a["stride_pb"], a["stride_ph"], a["stride_psplit"], a["stride_lb"], a["stride_lh"],
+                a["stride_ob"], a["stride_oh"], **cu.launch_kwargs(case))
+    ref = _merge_splits(part[:, :, :num_splits], lse[:, :, :num_splits])
+    cu.assert_close(out, ref.to(out.dtype), tol=1e-2, what="decode reduce")

@@ -13,6 +13,14 @@ import torch
 import triton
 import triton.language as tl
 
+try:
+    from . import check_utils as cu
+except ImportError:  # loaded by file path rather than as the kernels package
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import check_utils as cu  # noqa: E402
+
 
 @triton.jit
 def extend_attention_kernel(
@@ -81,7 +89,7 @@ def extend_attention_reference(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_ind
     """float32 causal attention of each sequence's extend queries over its paged keys."""
     H, kvh = q.shape[1], k_cache.shape[1]
     group = H // kvh
-    out = torch.empty(q.shape, dtype=torch.float32)
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     for b in range(len(qo_indptr) - 1):
         qs, qe = int(qo_indptr[b]), int(qo_indptr[b + 1])
         idx = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
@@ -89,7 +97,7 @@ def extend_attention_reference(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_ind
         v = v_cache[idx].float().repeat_interleave(group, dim=1)
         n, ql = len(idx), qe - qs
         s = torch.einsum("qhd,nhd->hqn", q[qs:qe].float(), k) * sm_scale
-        causal = torch.arange(n)[None, :] <= (n - ql + torch.arange(ql))[:, None]
+        causal = torch.arange(n, device=q.device)[None, :] <= (n - ql + torch.arange(ql, device=q.device))[:, None]
         s = s.masked_fill(~causal[None], float("-inf"))
         out[qs:qe] = torch.einsum("hqn,nhd->qhd", torch.softmax(s, dim=-1), v)
     return out.to(q.dtype)
@@ -115,3 +123,27 @@ def extend_attention(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_s
         GROUP=H // kvh, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
     )
     return o
+
+
+def check_extend_attention(case) -> None:
+    """One sequence: the spec's extend chunk (q's rows) after a prefix of a quarter of its length,
+    at random pool slots, against the float32 causal reference."""
+    dev, gen = case.device, cu.generator(case, 2)
+    a, c = case.args, case.constexprs
+    T, H, D = case.shape("q_ptr")
+    slots, kvh, _ = case.shape("k_ptr")
+    prefix = min(T // 4 + 3, slots - T)
+    q = cu.randn(case, (T, H, D), gen, torch.bfloat16)
+    k = cu.randn(case, (slots, kvh, D), gen, torch.bfloat16)
+    v = cu.randn(case, (slots, kvh, D), gen, torch.bfloat16)
+    o = cu.empty(case, "o_ptr")
+    qo_indptr = torch.tensor([0, T], dtype=torch.int32, device=dev)
+    kv_indptr = torch.tensor([0, prefix + T], dtype=torch.int32, device=dev)
+    kv_indices = torch.randperm(slots, generator=gen, device=dev).to(torch.int32)[:case.shape("kv_indices_ptr")[0]]
+    assert list(qo_indptr.shape) == case.shape("qo_indptr_ptr") and list(kv_indptr.shape) == case.shape("kv_indptr_ptr")
+    grid = (triton.cdiv(T, c["BLOCK_M"]), 1, H)
+    case.launch(extend_attention_kernel, grid, q, k, v, o, qo_indptr, kv_indptr, kv_indices, a["sm_scale"],
+                a["stride_qt"], a["stride_qh"], a["stride_ks"], a["stride_kh"], a["stride_vs"], a["stride_vh"],
+                a["stride_ot"], a["stride_oh"], **cu.launch_kwargs(case))
+    ref = extend_attention_reference(q, k, v, qo_indptr, kv_indptr, kv_indices, a["sm_scale"])
+    cu.assert_close(o, ref, tol=2e-2, what=f"extend attention (prefix {prefix}, extend {T})")

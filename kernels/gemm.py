@@ -13,6 +13,14 @@ import torch
 import triton
 import triton.language as tl
 
+try:
+    from . import check_utils as cu
+except ImportError:  # loaded by file path rather than as the kernels package
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import check_utils as cu  # noqa: E402
+
 
 @triton.jit
 def gemm_kernel(
@@ -104,3 +112,28 @@ def gemm(a: torch.Tensor, b: torch.Tensor, scales: torch.Tensor | None = None, *
         num_warps=num_warps, num_stages=num_stages,
     )
     return c
+
+
+def check_gemm(case) -> None:
+    """C = A @ B (x the per-tensor scales for fp8 operands) on random operands of the spec's
+    dtypes (fp8 in the case's own encoding) against the float32 product of the exact values."""
+    gen = cu.generator(case, 3)
+    a_args, c = case.args, case.constexprs
+    M, N, K = a_args["M"], a_args["N"], a_args["K"]
+    dt = cu.spec_dtype(case, "a_ptr")
+    a = cu.randn(case, case.shape("a_ptr"), gen).to(dt)
+    b = cu.randn(case, case.shape("b_ptr"), gen).to(cu.spec_dtype(case, "b_ptr"))
+    out = cu.empty(case, "c_ptr")
+    fp8 = bool(c["FP8_IN"])
+    scales = torch.tensor([0.5, 0.25] if fp8 else [1.0, 1.0], dtype=torch.float32, device=case.device)
+    assert list(a.shape) == [M, K] and list(b.shape) == [K, N] and list(out.shape) == [M, N]
+    grid = (triton.cdiv(M, c["BLOCK_M"]) * triton.cdiv(N, c["BLOCK_N"]),)
+    case.launch(gemm_kernel, grid, a, b, out, scales, M, N, K,
+                a_args["stride_am"], a_args["stride_ak"], a_args["stride_bk"], a_args["stride_bn"],
+                a_args["stride_cm"], a_args["stride_cn"], **cu.launch_kwargs(case))
+    ref = a.float() @ b.float()
+    if fp8:
+        ref = ref * (scales[0] * scales[1])
+    # bf16 output: 2^-8 relative rounding; atol scaled to the typical magnitude sqrt(K).
+    torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2 * float(ref.abs().mean()) + 1e-6,
+                               msg=lambda m: f"gemm ({dt}): {m}")

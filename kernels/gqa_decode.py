@@ -14,11 +14,13 @@ import triton
 import triton.language as tl
 
 try:
+    from . import check_utils as cu
     from .kv_formats import KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes, decode_kv_f32, kv_format_of, reader_for_arch
 except ImportError:  # loaded by file path rather than as the kernels package
     import os
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import check_utils as cu  # noqa: E402
     from kv_formats import (KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes, decode_kv_f32,  # noqa: E402
                             kv_format_of, reader_for_arch)
 
@@ -93,7 +95,7 @@ def gqa_decode_reference(q, k_cache, v_cache, block_table, seq_lens, sm_scale, k
         x = cache[blocks].reshape(-1, kvh, D)[:n]
         return x.view(torch.float8_e4m3fn).float() * scale if fp8 else x.float()
 
-    out = torch.empty(B, H, D, dtype=torch.float32)
+    out = torch.empty(B, H, D, dtype=torch.float32, device=q.device)
     for b in range(B):
         n = int(seq_lens[b])
         k = rows(k_cache, b, n, k_scale).repeat_interleave(H // kvh, dim=1)
@@ -127,3 +129,43 @@ def gqa_decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale: fl
         num_warps=num_warps,
     )
     return o
+
+
+def check_gqa_decode(case) -> None:
+    """A batch of sequences over random cache blocks (bf16, or fp8 codes with the spec's per-tensor
+    scales) against the float32 reference; lengths cover 1 token, partial blocks and the table's
+    full capacity."""
+    dev, gen = case.device, cu.generator(case, 4)
+    a, c = case.args, case.constexprs
+    B, H, D = case.shape("q_ptr")
+    nblocks, bs, kvh, _ = case.shape("k_ptr")
+    max_blocks = case.shape("block_table_ptr")[1]
+    fp8 = int(c["KV_FMT"]) == 1
+    k_scale, v_scale = a["k_scale"], a["v_scale"]
+    q = cu.randn(case, (B, H, D), gen)
+    if fp8:  # codes of values ~ N(0, 1): code = value / scale, in e4m3's range
+        kc = (cu.randn(case, (nblocks, bs, kvh, D), gen) / k_scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+        vc = (cu.randn(case, (nblocks, bs, kvh, D), gen) / v_scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+        kc, vc = kc.view(torch.uint8), vc.view(torch.uint8)
+    else:
+        kc = cu.randn(case, (nblocks, bs, kvh, D), gen, torch.bfloat16)
+        vc = cu.randn(case, (nblocks, bs, kvh, D), gen, torch.bfloat16)
+    assert kc.dtype == cu.spec_dtype(case, "k_ptr")
+    cap = max_blocks * bs
+    lens = torch.randint(1, cap + 1, (B,), generator=gen, device=dev)
+    lens[0] = 1
+    if B > 1:
+        lens[1] = cap
+    if B > 2:
+        lens[2] = bs + 3
+    lens = lens.to(torch.int32)
+    table = torch.randint(0, nblocks, (B, max_blocks), generator=gen, device=dev).to(torch.int32)
+    o = cu.empty(case, "o_ptr")
+    case.launch(gqa_decode_kernel, (B, kvh), q, kc, vc, o, table, lens, a["sm_scale"], k_scale, v_scale,
+                a["stride_qb"], a["stride_qh"], a["stride_kb"], a["stride_kt"], a["stride_kh"],
+                a["stride_vb"], a["stride_vt"], a["stride_vh"], a["stride_bt"], a["stride_ob"], a["stride_oh"],
+                **cu.launch_kwargs(case))
+    ref = gqa_decode_reference(q, kc, vc, table, lens, a["sm_scale"], k_scale if fp8 else 1.0,
+                               v_scale if fp8 else 1.0)
+    for b in range(B):
+        cu.assert_close(o[b], ref[b], tol=1e-3, what=f"gqa decode ({'fp8' if fp8 else 'bf16'}), sequence {b}")

@@ -12,14 +12,16 @@ import triton
 import triton.language as tl
 
 try:
+    from . import check_utils as cu
     from .kv_formats import (KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes, decode_kv_tile,
-                             dequant_rows_reference, kv_format_of, reader_for_arch)
+                             dequant_rows_reference, kv_format_of, quantize_rows, reader_for_arch)
 except ImportError:  # loaded by file path rather than as the kernels package
     import os
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import check_utils as cu  # noqa: E402
     from kv_formats import (KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes, decode_kv_tile,  # noqa: E402
-                            dequant_rows_reference, kv_format_of, reader_for_arch)
+                            dequant_rows_reference, kv_format_of, quantize_rows, reader_for_arch)
 
 
 @triton.jit
@@ -81,3 +83,24 @@ def kv_dequant(cache: torch.Tensor, scales: torch.Tensor, indices: torch.Tensor,
         num_warps=num_warps,
     )
     return out
+
+
+def check_kv_dequant(case) -> None:
+    """Random rows (fp8 e4m3 or int8, per-row scales) gathered by a random index table (repeats
+    allowed): the bf16 output must equal the torch reference bit for bit."""
+    dev, gen = case.device, cu.generator(case, 5)
+    a, c = case.args, case.constexprs
+    slots, heads, dim = case.shape("codes_ptr")
+    n_rows = a["n_rows"]
+    fmt = {1: "fp8", 2: "int8"}[int(c["KV_FMT"])]
+    codes, scales = quantize_rows(cu.randn(case, (slots, heads, dim), gen, scale=2.0), fmt)
+    assert codes.dtype == cu.spec_dtype(case, "codes_ptr") and list(scales.shape) == case.shape("scales_ptr")
+    idx = torch.randint(0, slots, tuple(case.shape("idx_ptr")), generator=gen, device=dev).to(torch.int32)
+    out = cu.empty(case, "out_ptr")
+    grid = (triton.cdiv(n_rows, c["BLOCK_ROWS"]), heads)
+    case.launch(kv_dequant_kernel, grid, codes, scales, idx, out, n_rows,
+                a["stride_code_slot"], a["stride_code_head"], a["stride_scale_slot"],
+                a["stride_out_row"], a["stride_out_head"], **cu.launch_kwargs(case))
+    ref = kv_dequant_reference(codes, scales, idx[:n_rows])
+    torch.testing.assert_close(out[:n_rows], ref, rtol=0, atol=0,
+                               msg=lambda m: f"kv_dequant ({fmt}, READER {int(c['READER'])}) not bit-exact: {m}")

@@ -119,7 +119,7 @@ def reader_for_arch(arch: str, kv_format: str) -> str:
         return "gfx11"
     if arch.startswith("gfx12"):
         return "cvt_asm"
-    if arch == "gfx950" or arch.startswith("sm_9") or arch.startswith("sm9"):
+    if arch == "gfx950" or arch.startswith(("sm_9", "sm9", "sm_10", "sm10")):
         return "native"
     return "generic"
 

@@ -156,7 +156,6 @@ if __name__ == "__main__":
         started = time.perf_counter()
         try:
             check(case)
-            own = [l for l in case.launches if l[0].__name__ == check.__name__.replace("check_", "")]
             results[name] = {"status": "pass" if case.launches else "no launch", "launches": len(case.launches)}
         except Exception:
             results[name] = {"status": "error", "error": traceback.format_exc()[-2000:]}

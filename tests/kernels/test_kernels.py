@@ -141,3 +141,6 @@ def test_reader_choice_per_arch():
     assert reader_for_arch("gfx950", "fp8") == "native"
     assert reader_for_arch("gfx942", "fp8") == "generic"
     assert reader_for_arch("gfx1100", "int8") == "generic"
+    assert reader_for_arch("sm_90", "fp8") == "native"
+    assert reader_for_arch("sm_100", "fp8") == "native"
+    assert reader_for_arch("sm_80", "fp8") == "generic"
