@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.runtime import (RuntimeResult, diff_bindings, fresh_launch_cache, launch_binding, launch_fingerprint,
                           run_check)
 from xisa.runner import RunOptions, run_cells
-from xisa.toolchain import check_environment, describe_toolchain
+from xisa.toolchain import check_environment, describe_toolchain, pinned_overrides
 from xisa.workspace import Workspace
 
 
@@ -39,7 +40,8 @@ class DeviceReport:
 
 
 def run_device_tier(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None, options: RunOptions,
-                    devices: list[Device] | None = None) -> DeviceReport:
+                    devices: list[Device] | None = None, emit: Path | None = None) -> DeviceReport:
+    """`emit`: write each cell's launch and ahead-of-time stages there, to diff a fidelity failure."""
     devices = detect_devices(ws.targets) if devices is None else devices
     present = present_targets(devices)
     chosen, cells = ws.select(arch=arch, kernel=kernel)
@@ -65,6 +67,8 @@ def run_device_tier(ws: Workspace, *, arch: list[str] | None, kernel: list[str] 
     # knobs are then taken back so the launches below see the environment a user's program sees.
     saved = dict(os.environ)
     try:
+        if emit is not None:
+            options = RunOptions(jobs=options.jobs, timeout=options.timeout, use_cache=False, keep_stages=True)
         aot = run_cells(runnable, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir, options=options)
     finally:
         os.environ.clear()
@@ -91,9 +95,33 @@ def run_device_tier(ws: Workspace, *, arch: list[str] | None, kernel: list[str] 
             result.status, result.message = "error", f"cannot fingerprint the launch: {type(exc).__name__}: {exc}"
             continue
         result.binding_diff = diff_bindings(aot_result.binding, result.launch_binding)
+        if emit is not None:
+            _emit_pair(emit, cell, launch, aot_result)
         if result.launch_sha256 != result.aot_sha256:
             result.status = "fail"
+            overridden = pinned_overrides(saved)
             why = "; ".join(result.binding_diff) or "same signature and attrs (codegen differs)"
+            if overridden:
+                why += "; the environment sets " + ", ".join(f"{k}={v}" for k, v in overridden.items()) + \
+                       " which xisa pins for ahead-of-time compiles"
             result.message = f"fidelity: launch {result.launch_sha256[:12]} != ahead-of-time " \
                              f"{result.aot_sha256[:12]}: {why}"
     return report
+
+
+def _emit_pair(folder: Path, cell, launch, aot_result) -> None:
+    """The launch's stages and xisa's, side by side: DIR/<kernel>/<case>/<target>/{launch,aot}.<stage>."""
+    from xisa.compile import analyze_compiled
+
+    out = folder / cell.kernel.name / cell.case / cell.target.name
+    out.mkdir(parents=True, exist_ok=True)
+    for stage, content in launch.compiled.asm.items():
+        if stage in ("ttgir", "llir", "ptx", "amdgcn", "sass"):
+            (out / f"launch.{stage}").write_text(str(content), encoding="utf-8")
+    for stage, content in aot_result.stages.items():
+        if stage in ("ttgir", "llir", "ptx", "amdgcn", "sass"):
+            (out / f"aot.{stage}").write_text(str(content), encoding="utf-8")
+    (out / "launch.normalized").write_text(analyze_compiled(cell, launch.compiled, launch.compiled.metadata).stream_text)
+    if aot_result.analysis is not None:
+        (out / "aot.normalized").write_text(aot_result.analysis.stream_text)
+    (out / "launch.metadata").write_text(repr(launch.compiled.metadata), encoding="utf-8")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -23,10 +24,11 @@ def device(
     arch: ArchOption = None, kernel: KernelOption = None, spec: SpecOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     jobs: JobsOption = 0, timeout: TimeoutOption = 600.0,
+    emit: Annotated[Optional[Path], typer.Option("--emit", help="Write launch and ahead-of-time stages to DIR.")] = None,
 ) -> None:
     """Run the cases' runtime checks on the GPU present and prove the launch compiled what xisa predicts."""
     ws = open_workspace(spec=spec)
-    report = run_device_tier(ws, arch=arch, kernel=kernel, options=RunOptions(jobs=jobs, timeout=timeout))
+    report = run_device_tier(ws, arch=arch, kernel=kernel, options=RunOptions(jobs=jobs, timeout=timeout), emit=emit)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         raise typer.Exit(report.exit_code)
