@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -64,11 +67,37 @@ def analyze_compiled(cell: Cell, compiled, options):
         return analysis
     from xisa.analyze.sass import analyze_sass
 
-    analysis = analyze_sass(compiled.asm["sass"], compiled.asm["cubin"], shared_bytes=shared)
+    with _drop_known_tool_noise():
+        sass = compiled.asm["sass"]
+    analysis = analyze_sass(sass, compiled.asm["cubin"], shared_bytes=shared)
     res = analysis.resources
     res["occupancy"] = cuda_warps_per_sm(target, regs=res["registers"], smem_bytes=res["lds_bytes"],
                                          num_warps=num_warps)
     return analysis
+
+
+# Printed by nvdisasm on every disassembly Triton asks for; it says nothing about the kernel.
+_TOOL_NOISE = (b"nvdisasm warning : Disassembling Std Elf to Old format",)
+
+
+@contextlib.contextmanager
+def _drop_known_tool_noise():
+    """Capture fd 2 while Triton runs the disassembler; pass on everything but the known noise."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            for line in capture.read().splitlines(keepends=True):
+                if not any(noise in line for noise in _TOOL_NOISE):
+                    os.write(2, line)
 
 
 def _triton_message(exc: Exception) -> str:
