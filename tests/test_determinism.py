@@ -38,3 +38,16 @@ def test_a_real_code_change_moves_the_fingerprint(run_xisa, tinyproj):
     after = fingerprints(run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj))
     assert after["scale:small@gfx942"] != before["scale:small@gfx942"]
     assert after["dot:f16_32@gfx942"] == before["dot:f16_32@gfx942"]
+
+
+def test_line_info_does_not_leak_into_nvidia_or_amd_fingerprints(run_xisa, tinyproj):
+    """Line info stays on (as in a launch): .loc lines move with the source, fingerprints must not."""
+    for name in ("scale.yaml", "dot.yaml"):
+        spec = tinyproj / "kernels" / name
+        spec.write_text(spec.read_text().replace("targets: [gfx1100", "targets: [sm_90, sm_100, gfx1100"))
+    args = ("compile", "--json", "--no-cache", "--arch", "sm_90", "--arch", "sm_100", "--arch", "gfx1100")
+    before = fingerprints(run_xisa(*args, cwd=tinyproj))
+    assert len(before) == 9
+    source = tinyproj / "kernels" / "scale.py"
+    source.write_text("\n" * 37 + source.read_text().replace("import triton\n", "import triton  # moved\n"))
+    assert fingerprints(run_xisa(*args, cwd=tinyproj)) == before
