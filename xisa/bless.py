@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,23 @@ def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, to
         except ValueError:
             return str(path)
 
+    try:
+        _bless_locked(results, outcome, show, golden_dir=golden_dir, toolchain=toolchain, command=command,
+                      stream_files=stream_files, selected_targets=selected_targets, kernel_filters=kernel_filters,
+                      lock_timeout=lock_timeout)
+    except OSError as exc:  # a full disk, a read-only or non-folder golden path: every golden stays old or new
+        where = show(Path(exc.filename)) if exc.filename else show(golden_dir)
+        reason = ("a regular file is in the way of a folder" if exc.errno in (errno.EEXIST, errno.ENOTDIR)
+                  else exc.strerror or str(exc))
+        raise GoldenError(f"cannot write goldens: {reason} ({len(outcome.written)} written before "
+                          "the failure, every other golden left as it was)", path=where,
+                          fix="free disk space or fix the folder's permissions, then run `xisa bless` again") from None
+    return outcome
+
+
+def _bless_locked(results: list[CellResult], outcome: BlessOutcome, show, *, golden_dir: Path,
+                  toolchain: dict[str, str], command: str, stream_files: bool, selected_targets: set[str],
+                  kernel_filters: list[str] | None, lock_timeout: float) -> None:
     with golden_lock(golden_dir, timeout=lock_timeout):
         outcome.recovered = [show(p) for p in recover_pending(golden_dir)]
         seen = set()
@@ -79,4 +97,3 @@ def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, to
                 yaml_path, stream_path = golden_paths(golden_dir, *key)
                 remove_golden(yaml_path, stream_path)
                 outcome.removed.append(show(yaml_path))
-    return outcome

@@ -20,13 +20,15 @@ app.add_typer(cache_app, name="cache")
 
 
 def _register() -> None:
-    from xisa.commands import check, compile, device, inspect  # noqa: F401  (commands register themselves)
+    from xisa.commands import check, compile, device, doctor, inspect, report  # noqa: F401  (commands register themselves)
 
 
 def main(argv: list[str] | None = None) -> None:
-    _register()
     try:
+        _register()
         code = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here
+        if code == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into Exit(130); no command exits 130 itself
+            print("xisa: interrupted", file=sys.stderr)
     except XisaError as exc:
         print(f"xisa: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -35,11 +37,37 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         print("xisa: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click usage errors
-        import click
+    except OSError as exc:  # a file xisa must read or write (an --output under a regular file, a full disk)
+        import errno
 
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
+        where = f"{exc.filename}: " if exc.filename else ""
+        reason = "a regular file is in the way of a folder" if exc.errno in (errno.EEXIST, errno.ENOTDIR) else None
+        print(f"xisa: error: {where}{reason or exc.strerror or exc} (fix: check the path, its permissions and "
+              "free space)", file=sys.stderr)
+        sys.exit(2)
+    except Exception as exc:  # click usage errors (typer >= 0.22 vendors click as typer._click)
+        if isinstance(exc, _click_exceptions()):
+            message = " ".join(exc.format_message().split())
+            ctx = getattr(exc, "ctx", None)
+            fix = f" (fix: see `{ctx.command_path} --help`)" if ctx is not None else ""
+            print(f"xisa: error: {message}{fix}", file=sys.stderr)
             sys.exit(2)
         raise
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_exceptions() -> tuple[type, ...]:
+    classes = []
+    try:
+        from typer._click.exceptions import ClickException as vendored
+
+        classes.append(vendored)
+    except ImportError:
+        pass
+    try:
+        from click.exceptions import ClickException
+
+        classes.append(ClickException)
+    except ImportError:
+        pass
+    return tuple(classes)

@@ -143,10 +143,15 @@ def pending_files(golden_dir: Path) -> list[Path]:
 
 def _write_temp(path: Path, text: str) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:  # a full disk mid-write: leave no stray temp file
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     return tmp
 
 
@@ -168,15 +173,21 @@ def write_golden(yaml_path: Path, stream_path: Path, yaml_text: str, stream_text
     so even a SIGKILL between the two renames leaves something `recover_pending` completes."""
     yaml_path.parent.mkdir(parents=True, exist_ok=True)
     pending = yaml_path.with_name(yaml_path.name + PENDING_SUFFIX)
-    tmp_yaml = _write_temp(yaml_path, yaml_text)
-    tmp_stream = _write_temp(stream_path, stream_text) if stream_text is not None else None
+    tmp_yaml = tmp_stream = None
     try:
+        tmp_yaml = _write_temp(yaml_path, yaml_text)
+        tmp_stream = _write_temp(stream_path, stream_text) if stream_text is not None else None
         with _signals_deferred():
             os.replace(tmp_yaml, pending)
-            if tmp_stream is not None:
-                os.replace(tmp_stream, stream_path)
-            elif stream_path.exists():
-                stream_path.unlink()
+            try:
+                if tmp_stream is not None:
+                    os.replace(tmp_stream, stream_path)
+                elif stream_path.exists():
+                    stream_path.unlink()
+            except BaseException:  # the old stream is still there: the new YAML must not be finished later
+                with contextlib.suppress(OSError):
+                    pending.unlink()
+                raise
             os.replace(pending, yaml_path)
             _fsync_dir(yaml_path.parent)
     finally:

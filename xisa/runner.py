@@ -18,6 +18,7 @@ from xisa.cache import ResultCache, Timings, cell_key
 from xisa.compile import compile_cell
 from xisa.result import CellResult
 from xisa.spec import Cell
+from xisa import toolchain
 from xisa.toolchain import apply_pinned_env
 
 # Set in the parent before forking, so workers inherit the cells without pickling them.
@@ -96,6 +97,9 @@ class _Worker:
 def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options: RunOptions,
               progress: Callable[[CellResult], None] | None = None) -> list[CellResult]:
     """Results in the order of `cells`; identical whatever the job count."""
+    # Refused variables and an unsupported Triton make any result untrustworthy, cached answers included.
+    toolchain.check_environment()
+    toolchain.check_supported(toolchain.triton_version())
     cache = ResultCache(cache_dir, enabled=options.use_cache and not options.keep_stages)
     timings = Timings(cache_dir)
     results: list[CellResult | None] = [None] * len(cells)

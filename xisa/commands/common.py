@@ -23,4 +23,4 @@ def stdout() -> Console:
 
 
 def stderr() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True)  # a diagnostic stays one line, however long

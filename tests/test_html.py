@@ -1,0 +1,214 @@
+"""`xisa report --html`: the page's data and escaping in Python, then the real page in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from xisa.analyze.model import Analysis
+from xisa.golden import Golden
+from xisa.html import render_html, stream_diff, write_html
+from xisa.result import CellResult
+from xisa.verdict import CHANGED, SAME, CellVerdict, CheckReport, compute_delta
+
+from test_goldens import _git, gfx11_branch_change
+
+REPO = Path(__file__).resolve().parent.parent
+SCREENSHOT = REPO / "test-output" / "report.png"
+
+
+# ---------------------------------------------------------------- synthetic reports (no compile)
+
+def _stream(n: int, twist: int = -1) -> str:
+    lines = ["bb0:"] + [f"  v_add_f32 v{i}, v{i}, 1.0" if i != twist else f"  v_mul_f32 v{i}, v{i}, 3.0"
+                        for i in range(n)]
+    return "\n".join(lines) + "\n"
+
+
+def _analysis(stream: str) -> Analysis:
+    hist: dict[str, int] = {}
+    for line in stream.splitlines()[1:]:
+        hist[line.split()[0]] = hist.get(line.split()[0], 0) + 1
+    import hashlib
+
+    return Analysis(isa="amdgcn", sha256=hashlib.sha256(stream.encode()).hexdigest(), instructions=sum(hist.values()),
+                    blocks=1, histogram=hist, base_histogram=dict(hist), classes={}, stream_text=stream,
+                    resources={"vgprs": 16, "sgprs": 10, "vgpr_spills": 0, "lds_bytes": 0, "scratch_bytes": 0,
+                               "occupancy": 16})
+
+
+def _verdict(kernel: str, case: str, target: str, *, changed: bool, message: str = "") -> CellVerdict:
+    base_stream = _stream(40)
+    head_stream = _stream(40, twist=20) if changed else base_stream
+    head = CellResult(kernel=kernel, case=case, target=target, status="ok", analysis=_analysis(head_stream))
+    if changed:
+        head.analysis.resources["vgprs"] = 24
+    data = {**_analysis(base_stream).to_record(), "toolchain": {"triton": "3.8.0"}}
+    base = Golden(path=Path("golden") / kernel / case / f"{target}.yaml", data=data, stream_text=base_stream)
+    v = CellVerdict(kernel=kernel, case=case, target=target, verdict=CHANGED if changed else SAME, head=head, base=base,
+                    golden_file=f"golden/{kernel}/{case}/{target}.yaml", message=message)
+    if changed:
+        v.delta = compute_delta(data, head)
+    return v
+
+
+def _report(verdicts: list[CellVerdict]) -> CheckReport:
+    return CheckReport(verdicts=verdicts, toolchain={"triton": "3.8.0"}, golden_toolchains={}, scopes=[])
+
+
+def test_stream_diff_marks_the_changed_line_and_elides_the_rest():
+    diff = stream_diff(_stream(40), _stream(40, twist=20), context=2)
+    tags = [row[0] for row in diff["rows"]]
+    assert tags == ["gap", "eq", "eq", "chg", "eq", "eq", "gap"]
+    chg = diff["rows"][3]
+    assert chg[1] == chg[3] == 22 and "v_add_f32 v20" in chg[2] and "v_mul_f32 v20" in chg[4]
+    assert diff["added"] == diff["removed"] == 1 and diff["rows"][0][2] == "19 identical lines"
+    assert stream_diff("a\n", "a\n")["rows"] == []
+
+
+def test_everything_is_escaped_and_nothing_is_fetched():
+    evil = "</script><script>alert(1)</script><img src=x onerror=alert(2)>"
+    v = _verdict("k", "c", "gfx942", changed=True, message=evil)
+    v.head.analysis.stream_text += f"  s_nop {evil}\n"
+    page = render_html(_report([v, _verdict("k", "d", "gfx942", changed=False)]), title=f"t {evil}")
+    assert evil not in page and "<img" not in page
+    assert page.count("<script>") == 1                      # ours, at the end; the blobs are application/json
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in page  # title and summary text, escaped
+    assert "\\u003c/script\\u003e" in page                   # inside the JSON blob
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page), "no external assets"
+    assert "<link" not in page and "@import" not in page
+
+
+def test_a_thousand_cells_stay_light(tmp_path):
+    targets = [f"gfx{n}" for n in (942, 950, 1100, 1200, 1201)]
+    verdicts = [_verdict(f"k{i // 20}", f"c{i % 20}", t, changed=(i % 50 == 0 and t == "gfx1100"))
+                for i in range(200) for t in targets]
+    assert len(verdicts) == 1000
+    start = time.perf_counter()
+    page = render_html(_report(verdicts))
+    assert time.perf_counter() - start < 5
+    assert len(page) < 3_000_000, len(page)                 # identical cells carry no streams
+    assert page.count('class="cell-detail"') == 1000 and page.count('class="cell v-changed"') == 4
+    out = tmp_path / "big.html"
+    write_html(out, page)
+    assert out.read_text() == page and not list(tmp_path.glob(".big.html.*"))
+
+
+def test_report_against_a_git_revision(run_xisa, tinyproj, tmp_path):
+    assert run_xisa("bless", cwd=tinyproj).code == 0
+    _git(tinyproj, "init", "-q")
+    _git(tinyproj, "add", "-A")
+    _git(tinyproj, "commit", "-qm", "base")
+    gfx11_branch_change(tinyproj)
+    assert run_xisa("bless", "--arch", "gfx1100", cwd=tinyproj).code == 0
+    page = tmp_path / "diff.html"
+    against_golden = run_xisa("report", "--html", str(page), cwd=tinyproj)
+    assert against_golden.code == 0 and "byte-identical: gfx1100, gfx1201, gfx942 (8 cells)" in against_golden.out
+    out = run_xisa("report", "--html", str(page), "--base", "HEAD", "--scope", "gfx1100", cwd=tinyproj)
+    assert out.code == 0, out.err                            # like `xisa diff`: 0 unless untrusted
+    text = page.read_text()
+    assert "<title>xisa: ISA against HEAD</title>" in text
+    assert 'class="cell v-changed in-scope" data-cell="scale:big@gfx1100"' in text
+    assert "isolation violated" not in text
+    bad = run_xisa("report", "--html", str(page), "--base", "no-such-rev", cwd=tinyproj)
+    assert bad.code == 2 and "no-such-rev" not in page.read_text()
+
+
+# ---------------------------------------------------------------- the real page in headless Chromium
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found and Path("/usr/bin/chromium").exists():
+        found = "/usr/bin/chromium"
+    if not found:
+        pytest.skip("chromium is not installed (apt-get install -y chromium chromium-driver; .ci/run does this)")
+    return found
+
+
+def _browse(chromium: str, url: str, profile: Path, *extra: str) -> str:
+    command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={profile}",
+               "--virtual-time-budget=5000", *extra, url]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def _detail(dom: str, cell_id: str) -> str:
+    match = re.search(r'<details class="cell-detail"[^>]*data-cell="' + re.escape(cell_id) + r'".*?</details>', dom,
+                      re.S)
+    assert match, f"no details for {cell_id}"
+    return match.group(0)
+
+
+def test_report_page_in_headless_chromium(run_xisa, tinyproj, tmp_path):
+    chromium = _chromium()
+    assert run_xisa("bless", cwd=tinyproj).code == 0
+    gfx11_branch_change(tinyproj)
+    page = tmp_path / "out" / "report.html"
+    out = run_xisa("report", "--html", str(page), cwd=tinyproj)
+    assert out.code == 1, out.err                            # same verdict as `xisa check`: isolation violated
+    assert "changed: gfx1100 (2 cells)" in out.out and f"wrote {page}" in out.err
+    text = page.read_text()
+    assert "<script src" not in text and "http" not in text.replace("http-equiv", "")
+
+    url = page.as_uri()
+    profile = tmp_path / "chromium-profile"
+    plain = _browse(chromium, url, profile, "--dump-dom")
+    assert 'data-ready="1"' in plain, "the page's script did not run"
+    # The matrix: three kernel:case rows by three targets, the gfx11 cells coloured as changed.
+    matrix = re.search(r'<table id="matrix".*?</table>', plain, re.S).group(0)
+    assert re.findall(r'<tr data-key="([^"]+)"', matrix) == ["dot:f16_32", "scale:big", "scale:small"]
+    assert [h for h in re.findall(r"<th>(gfx\w+)</th>", matrix)] == ["gfx1100", "gfx1201", "gfx942"]
+    changed = re.findall(r'class="cell v-changed"[^>]*data-cell="([^"]+)"', matrix)
+    assert changed == ["scale:big@gfx1100", "scale:small@gfx1100"]
+    assert len(re.findall(r'class="cell v-same"', matrix)) == 6
+    # The two changed cells are few enough to be open: their side-by-side diff is rendered by the script.
+    big = _detail(plain, "scale:big@gfx1100")
+    assert 'data-rendered="1"' in big and '<table class="diff">' in big
+    changed_rows = re.findall(r'<tr class="chg">(.*?)</tr>', big, re.S)
+    assert changed_rows and any("v_fma_f32" in r and "v_dual_fmaak_f32" in r for r in changed_rows)
+    assert "histogram: golden vs head" in big and 'class="bar head"' in big
+    # Identical cells are lazy: nothing rendered until opened ...
+    same_id = "scale:small@gfx942"
+    assert "data-rendered" not in _detail(plain, same_id)
+    # ... and `#open=<cell>` opens and renders one on load.
+    opened = _browse(chromium, url + "#open=" + same_id, profile, "--dump-dom")
+    detail = _detail(opened, same_id)
+    assert "open" in detail.split(">", 1)[0] and 'data-rendered="1"' in detail
+    assert "byte-identical to the golden" in detail and "<td>vgprs</td>" in detail
+    # The filter (driven by the fragment as a user would type it) hides the rows without a change.
+    filtered = _browse(chromium, url + "#verdict=changed", profile, "--dump-dom")
+    hidden = re.findall(r'<tr data-key="([^"]+)" data-verdicts="[^"]*" class="hidden"', filtered)
+    assert hidden == ["dot:f16_32"], hidden
+    assert "2 rows, 2 cells shown" in filtered
+
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    SCREENSHOT.unlink(missing_ok=True)
+    _browse(chromium, url, profile, f"--screenshot={SCREENSHOT}", "--window-size=1400,1000")
+    data = SCREENSHOT.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_a_thousand_cell_page_loads_and_filters_in_chromium(tmp_path):
+    chromium = _chromium()
+    targets = [f"gfx{n}" for n in (942, 950, 1100, 1200, 1201)]
+    verdicts = [_verdict(f"k{i // 20}", f"c{i % 20}", t, changed=(i % 50 == 0 and t == "gfx1100"))
+                for i in range(200) for t in targets]
+    page = tmp_path / "big.html"
+    write_html(page, render_html(_report(verdicts)))
+    start = time.perf_counter()
+    dom = _browse(chromium, page.as_uri() + "#verdict=changed&filter=k1", tmp_path / "profile", "--dump-dom")
+    assert time.perf_counter() - start < 60
+    assert 'data-ready="1"' in dom
+    # i % 50 == 0 changes k0:c0, k2:c10, k5:c0, k7:c10 on gfx1100; `k1` (k1, k10..k19) matches none of them.
+    assert "0 rows, 0 cells shown" in dom
+    dom = _browse(chromium, page.as_uri() + "#verdict=changed", tmp_path / "profile", "--dump-dom")
+    assert "4 rows, 4 cells shown" in dom
+    assert dom.count('data-rendered="1"') == 4               # the 4 changed cells are open; the rest stay lazy

@@ -1,0 +1,242 @@
+"""`xisa doctor`: is this machine able to give trustworthy results, and do the goldens fit its toolchain?
+
+Pure apart from looking: reads the installed Triton, the environment, the GPUs torch sees and the
+goldens' `toolchain` fields, and returns one dict (rendered as text or JSON by the command).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, XisaError
+from xisa.toolchain import (GOLDEN_TRITON, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON, amd_codegen_revision,
+                            parse_version, pinned_overrides, ptxas_version, refused_variables)
+
+DOCTOR_SCHEMA_VERSION = 1
+NVIDIA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm")
+
+
+def _installed_triton() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _backends() -> list[str]:
+    try:
+        from triton import backends
+    except Exception:
+        return []
+    return sorted(getattr(backends, "backends", {}) or {})
+
+
+def _lld() -> dict[str, Any]:
+    """Triton's AMD backend links hsaco with the lld inside libtriton (amd.link_hsaco); older wheels ship a binary."""
+    try:
+        import triton
+
+        package = Path(triton.__file__).parent
+    except Exception:
+        return {"found": False, "path": None, "note": "Triton cannot be imported"}
+    for candidate in (package / "backends" / "amd" / "llvm" / "bin" / "ld.lld", package / "third_party" / "hip" /
+                      "llvm" / "bin" / "ld.lld"):
+        if candidate.is_file():
+            return {"found": True, "path": str(candidate), "note": "bundled binary"}
+    try:
+        from triton._C.libtriton import amd
+
+        if hasattr(amd, "link_hsaco"):
+            return {"found": True, "path": None, "note": "linked into libtriton (triton._C.libtriton.amd.link_hsaco)"}
+    except Exception:
+        pass
+    system = shutil.which("ld.lld")
+    return {"found": bool(system), "path": system, "note": "from PATH" if system else "not found"}
+
+
+def _nvidia_tool(name: str) -> dict[str, Any]:
+    try:
+        from triton.knobs import nvidia
+
+        path = getattr(nvidia, name).path
+    except Exception as exc:  # the knob resolves the wheel's binary and raises if it is missing
+        return {"found": False, "path": None, "note": f"not found ({type(exc).__name__})"}
+    found = bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
+    return {"found": found, "path": path, "note": "from the Triton wheel" if found else "not executable"}
+
+
+def scan_golden_toolchains(golden_dir: Path, *, display_root: Path | None = None) -> dict[str, Any]:
+    """Count the goldens per Triton version (and AMD codegen revision, ptxas version) from their `toolchain`."""
+    triton: dict[str, int] = {}
+    codegen: dict[str, int] = {}
+    ptxas: dict[str, int] = {}
+    unreadable: list[str] = []
+    files = sorted(golden_dir.glob("**/*.yaml")) if golden_dir.is_dir() else []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    def show(path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to((display_root or golden_dir.parent).resolve()))
+        except ValueError:
+            return str(path)
+
+    for path in files:
+        try:
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+            chain = data.get("toolchain") if isinstance(data, dict) else None
+            if not isinstance(chain, dict) or "triton" not in chain:
+                raise ValueError("no toolchain")
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
+            unreadable.append(show(path))
+            continue
+        for counter, key in ((triton, "triton"), (codegen, "amd_codegen"), (ptxas, "ptxas")):
+            if chain.get(key) is not None:
+                counter[str(chain[key])] = counter.get(str(chain[key]), 0) + 1
+    return {"dir": show(golden_dir), "files": len(files), "triton": dict(sorted(triton.items())),
+            "amd_codegen": dict(sorted(codegen.items())), "ptxas": dict(sorted(ptxas.items())),
+            "unreadable": unreadable}
+
+
+def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, torch_module: Any = None,
+             probe_devices: bool = True) -> dict[str, Any]:
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    warnings: list[str] = []
+
+    version = _installed_triton()
+    low, high = SUPPORTED_TRITON
+    supported = version is not None and low <= parse_version(version)[:2] <= high
+    if version is None:
+        problems.append(f"Triton is not installed (fix: pip install triton=={GOLDEN_TRITON})")
+    elif not supported:
+        problems.append(f"Triton {version} is not supported: xisa supports {low[0]}.{low[1]} to {high[0]}.{high[1]}")
+    backends = _backends() if version else []
+    codegen = amd_codegen_revision() if "amd" in backends else None
+    tools = {"ld.lld": _lld() if "amd" in backends else {"found": False, "path": None, "note": "no AMD backend"}}
+    for name in NVIDIA_TOOLS:
+        tools[name] = (_nvidia_tool(name) if "nvidia" in backends
+                       else {"found": False, "path": None, "note": "no NVIDIA backend"})
+    ptxas = ptxas_version() if tools["ptxas"]["found"] else None
+    if ptxas:
+        tools["ptxas"]["version"] = ptxas
+    for name, tool in tools.items():
+        if not tool["found"] and tool["note"] not in ("no AMD backend", "no NVIDIA backend"):
+            warnings.append(f"{name} not found: cells of that backend will fail to compile")
+
+    overridden = {k: {"user": v, "pinned": PINNED_ENV[k]} for k, v in pinned_overrides(dict(env)).items()}
+    refused = refused_variables(dict(env))
+    for name, why in refused.items():
+        problems.append(f"{name} is set: it {why}; no result could be trusted (fix: unset {name})")
+
+    # The project, its targets (for device matching) and its goldens; doctor also runs outside a project.
+    project_info: dict[str, Any] = {"root": None, "golden_dir": None}
+    targets: dict[str, Any] = {}
+    goldens: dict[str, Any] = {"dir": None, "files": 0, "triton": {}, "amd_codegen": {}, "ptxas": {}, "unreadable": []}
+    try:
+        from xisa.project import load_project
+        from xisa.target import load_targets
+
+        project = load_project(cwd=cwd)
+        project_info = {"root": str(project.root), "golden_dir": project.display(project.golden_dir)}
+        targets = load_targets(list(project.target_dirs), root=project.root)
+        goldens = scan_golden_toolchains(project.golden_dir, display_root=project.root)
+    except XisaError as exc:
+        warnings.append(f"project: {exc}")
+
+    installed = {"triton": version, "amd_codegen": codegen, "ptxas": ptxas}
+    goldens["installed"] = {k: v for k, v in installed.items() if v is not None}
+    mismatched = {}
+    for key in ("triton", "amd_codegen", "ptxas"):
+        others = {v: n for v, n in goldens[key].items() if v != installed[key]}
+        if others and (key == "triton" or installed[key] is not None):
+            mismatched[key] = others
+    goldens["matches"] = not mismatched
+    for key, others in mismatched.items():
+        listing = ", ".join(f"{v} ({n} file{'s' if n != 1 else ''})" for v, n in others.items())
+        problems.append(f"goldens were made with {key} {listing} but {installed[key]} is installed: fingerprints "
+                        f"cannot be compared (fix: install the goldens' toolchain or re-bless)")
+    if goldens["unreadable"]:
+        warnings.append(f"{len(goldens['unreadable'])} golden file(s) have no readable toolchain, "
+                        f"e.g. {goldens['unreadable'][0]}")
+
+    devices: list[dict[str, Any]] = []
+    if probe_devices:
+        from xisa.device import detect_devices
+
+        devices = [{"index": d.index, "name": d.name, "backend": d.backend, "arch": d.arch, "target": d.target}
+                   for d in detect_devices(targets, torch_module=torch_module)]
+
+    exit_code = EXIT_UNTRUSTED if problems else EXIT_OK
+    verdict = ("ok: results made here can be trusted and compared with the goldens" if not problems else
+               "untrusted: " + "; ".join(problems))
+    return {
+        "schema": DOCTOR_SCHEMA_VERSION, "kind": "doctor",
+        "triton": {"version": version, "supported": supported, "supported_range": f"{low[0]}.{low[1]}-{high[0]}.{high[1]}",
+                   "amd_codegen_revision": codegen, "ptxas_version": ptxas},
+        "backends": backends, "tools": tools,
+        "pinned": dict(PINNED_ENV), "overridden": overridden,
+        "refused": refused, "refused_known": sorted(REFUSED_ENV),
+        "devices": devices, "project": project_info, "goldens": goldens,
+        "problems": problems, "warnings": warnings, "verdict": verdict, "exit_code": exit_code,
+    }
+
+
+def render_doctor_text(info: dict[str, Any]) -> str:
+    """Plain lines, `label  value`, for people and for logs (no colour, no markup)."""
+    rows: list[tuple[str, str]] = []
+    t = info["triton"]
+    rows.append(("triton", f"{t['version'] or 'not installed'}"
+                           + (f" (supported {t['supported_range']})" if t["supported"] else
+                              f" (NOT supported; xisa supports {t['supported_range']})")))
+    rows.append(("amd codegen", t["amd_codegen_revision"] or "no revision exposed (Triton < 3.9)"))
+    rows.append(("backends", ", ".join(info["backends"]) or "none"))
+    for name, tool in info["tools"].items():
+        value = tool["path"] or tool["note"]
+        if tool["path"] and tool["note"]:
+            value += f" ({tool['note']})"
+        if tool.get("version"):
+            value += f", release {tool['version']}"
+        rows.append((name, value if tool["found"] else f"missing: {value}"))
+    pinned_set = sum(1 for v in info["pinned"].values() if v is not None)
+    rows.append(("pinned knobs", f"{len(info['pinned'])} pinned ({pinned_set} set, "
+                                 f"{len(info['pinned']) - pinned_set} unset)"))
+    for name, o in info["overridden"].items():
+        pinned = "unset" if o["pinned"] is None else repr(o["pinned"])
+        rows.append(("  overridden", f"{name}={o['user']!r} is ignored: xisa pins {pinned}"))
+    if info["refused"]:
+        for name, why in info["refused"].items():
+            rows.append(("refused", f"{name} is set: it {why}"))
+    else:
+        rows.append(("refused vars", "none set (checked: " + ", ".join(info["refused_known"]) + ")"))
+    if info["devices"]:
+        for d in info["devices"]:
+            rows.append(("gpu", f"GPU {d['index']}: {d['name']} ({d['arch']}, "
+                                + (f"target {d['target']})" if d["target"] else "no target)")))
+    else:
+        rows.append(("gpu", "none (compile, check, bless and diff need none; `xisa device` skips)"))
+    g = info["goldens"]
+    if g["dir"] is None:
+        rows.append(("goldens", "no project found"))
+    elif not g["files"]:
+        rows.append(("goldens", f"none in {g['dir']}"))
+    else:
+        made = ", ".join(f"Triton {v} x{n}" for v, n in g["triton"].items()) or "unknown toolchain"
+        if g["amd_codegen"]:
+            made += "; amd codegen " + ", ".join(f"{v} x{n}" for v, n in g["amd_codegen"].items())
+        if g["ptxas"]:
+            made += "; ptxas " + ", ".join(f"{v} x{n}" for v, n in g["ptxas"].items())
+        installed = ", ".join(f"{k} {v}" for k, v in g["installed"].items())
+        rows.append(("goldens", f"{g['files']} files in {g['dir']}: {made}"))
+        rows.append(("", ("matches the installed " if g["matches"] else "DIFFERS from the installed ") + installed))
+    for warning in info["warnings"]:
+        rows.append(("warning", warning))
+    rows.append(("verdict", info["verdict"]))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}".rstrip() for label, value in rows) + "\n"
