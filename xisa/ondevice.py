@@ -32,7 +32,9 @@ class DeviceReport:
         return EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "device", "toolchain": self.toolchain,
+        from xisa.report import JSON_SCHEMA_VERSION
+
+        return {"schema": JSON_SCHEMA_VERSION, "kind": "device", "toolchain": self.toolchain,
                 "devices": [{"index": d.index, "name": d.name, "arch": d.arch, "target": d.target}
                             for d in self.devices],
                 "skipped_targets": self.skipped_targets, "cells": [r.to_json() for r in self.results],

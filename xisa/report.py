@@ -22,7 +22,8 @@ def compile_payload(results: list[CellResult], failures: dict[str, list[Failure]
         entry = result.to_json()
         entry["expectations_failed"] = [str(f) for f in failures.get(result.id, [])]
         cells.append(entry)
-    return {"schema": JSON_SCHEMA_VERSION, "toolchain": describe_toolchain(backends=backends), "cells": cells}
+    return {"schema": JSON_SCHEMA_VERSION, "kind": "compile", "toolchain": describe_toolchain(backends=backends),
+            "cells": cells}
 
 
 def _fmt_occupancy(res: dict[str, Any]) -> str:

@@ -67,6 +67,7 @@ def _emit_report(report: CheckReport, fmt: Format, output: Path | None, *, count
         fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be read
         os.replace(tmp, output)
         stderr().print(f"wrote {output}")
 

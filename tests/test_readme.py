@@ -1,0 +1,28 @@
+"""The README's two set-up commands are what CI runs, and they never pull an unpinned torch."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO
+
+
+def readme_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    setup = text.split("## Set-up: two commands", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.+?)\n```", setup, flags=re.S)
+
+
+def test_two_setup_commands_main_job_and_tests():
+    main, tests = readme_commands()
+    assert main.startswith("python3 -m venv .venv") and main.endswith("xisa check")
+    assert tests.startswith("python3 -m venv .venv") and tests.endswith("python -m pytest")
+    for command in (main, tests):
+        assert "torch==" in command          # never an unpinned torch: that pulls a CUDA build on a CPU machine
+
+
+def test_ci_runs_the_readme_test_command_and_the_isolation_check():
+    ci = (REPO / ".ci" / "run").read_text()
+    _, tests = readme_commands()
+    assert tests in ci
+    assert "xisa check" in ci.split(tests, 1)[1]
