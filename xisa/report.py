@@ -216,3 +216,21 @@ def render_junit(report) -> str:
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     return ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def render_compile_markdown(results: list[CellResult], *, counts: list[str]) -> str:
+    """A case x target table like the seeds' PR tables: instructions / each --count / SHA-256 prefix."""
+    targets = sorted({r.target for r in results})
+    rows: dict[str, dict[str, str]] = {}
+    for r in results:
+        if r.ok and r.analysis is not None:
+            values = [str(r.analysis.instructions), *(str(measure(p, r.analysis)) for p in counts)]
+            text = " / ".join(values) + f" / `{r.analysis.sha256[:8]}`"
+        else:
+            text = "error"
+        rows.setdefault(f"{r.kernel}:{r.case}", {})[r.target] = text
+    legend = " / ".join(["instructions", *(f"`{p}`" for p in counts), "SHA-256"])
+    lines = [f"Each cell: {legend}.", "", "| case | " + " | ".join(targets) + " |", "|---|" + "---|" * len(targets)]
+    for case in sorted(rows):
+        lines.append(f"| `{case}` | " + " | ".join(rows[case].get(t, "–") for t in targets) + " |")
+    return "\n".join(lines) + "\n"

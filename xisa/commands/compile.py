@@ -14,7 +14,7 @@ from xisa.commands.common import (ArchOption, JobsOption, KernelOption, NoCacheO
 from xisa.emit import emit_stages
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.progress import progress_reporter
-from xisa.report import compile_payload, render_compile_table
+from xisa.report import compile_payload, render_compile_markdown, render_compile_table
 from xisa.runner import RunOptions, run_cells
 from xisa.workspace import expectation_failures, open_workspace
 
@@ -27,6 +27,7 @@ def compile_command(
     count: Annotated[Optional[list[str]], typer.Option("--count", help="Mnemonic or glob to count (repeatable).")] = None,
     emit: Annotated[Optional[Path], typer.Option("--emit", help="Write every stage of every cell to DIR.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON: {toolchain, cells}.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print a case x target markdown table.")] = False,
     jobs: JobsOption = 0,
     timeout: TimeoutOption = 600.0,
     no_cache: NoCacheOption = False,
@@ -45,6 +46,8 @@ def compile_command(
     backends = {t.backend for t in chosen}
     if as_json:
         typer.echo(json.dumps(compile_payload(results, failures, backends=backends), indent=2, sort_keys=True))
+    elif markdown:
+        typer.echo(render_compile_markdown(results, counts=count or []), nl=False)
     else:
         render_compile_table(stdout(), results, failures, counts=count or [])
     errors = [r for r in results if not r.ok]
