@@ -108,7 +108,7 @@ SPEC_CASES = {
     "source-not-python": (SCALE, "source: scale.py", "source: ../../../etc/passwd",
                           ["kernels/scale.yaml: source", "is not a .py file path"]),
     "bad-expectation": (SCALE, "'buffer_load*': '>0'", "'buffer_load*': '>>0'",
-                        ["kernels/scale.yaml: cases[1] (big).expect.*.buffer_load*",
+                        ["kernels/scale.yaml: cases[1] (big).expect.gfx*.buffer_load*",
                          "'>>0' is not a count condition", "fix: use an int or a string like"]),
     "duplicate-kernel-name": ("kernels/dot.yaml", "name: dot", "name: scale",
                               ["name: kernel name 'scale' is also defined in kernels/"]),
