@@ -65,7 +65,7 @@ def generated_project(folder: Path, cells: int) -> Path:
                         combos.append((block, dot, act, dtype, warps))
     combos = combos[:per_target]
     values = "\n".join(
-        f"      c{i}: {{args: {{a_ptr: '*{d}', b_ptr: '*{d}'}}, constexprs: {{BLOCK: {b}, DOT: {str(t).lower()}, "
+        f"        c{i}: {{args: {{a_ptr: '*{d}', b_ptr: '*{d}'}}, constexprs: {{BLOCK: {b}, DOT: {str(t).lower()}, "
         f"ACT: {a}}}, options: {{num_warps: {w}}}}}" for i, (b, t, a, d, w) in enumerate(combos))
     (folder / "kernels" / "tile.yaml").write_text(textwrap.dedent("""\
         source: tile.py
@@ -127,21 +127,23 @@ def main() -> None:
     parser.add_argument("--skip-corpus", action="store_true")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="xisa-bench-"))
+    cores = len(os.sched_getaffinity(0))
+    print(f"machine: {os.uname().machine}, {cores} cores available, Python {sys.version.split()[0]}", flush=True)
+    print(f"{'workload':<18}{'cells':>6}{'serial s':>10}{'cold s':>9}{'warm s':>8}{'serial/cold':>13}"
+          f"{'warm/cold':>11}{'cold ms/cell':>14}", flush=True)
     try:
         rows = []
-        if not args.skip_corpus:
-            rows.append(measure("bundled corpus", REPO, "gfx*", scratch))
-        for size in (args.small, args.cells):
-            project = generated_project(scratch / f"gen{size}", size)
-            rows.append(measure(f"generated {size}", project, "gfx*", scratch))
-        cores = len(os.sched_getaffinity(0))
-        print(f"machine: {os.uname().machine}, {cores} cores available, Python {sys.version.split()[0]}")
-        header = f"{'workload':<18}{'cells':>6}{'serial s':>10}{'cold s':>9}{'warm s':>8}{'serial/cold':>13}" \
-                 f"{'warm/cold':>11}{'cold ms/cell':>14}"
-        print(header)
-        for r in rows:
+        workloads = [] if args.skip_corpus else [("bundled corpus", REPO)]
+        workloads += [(f"generated {n}", None) for n in (args.small, args.cells)]
+        for name, project in workloads:
+            if project is None:
+                size = int(name.split()[-1])
+                project = generated_project(scratch / f"gen{size}", size)
+            r = measure(name, project, "gfx*", scratch)
+            rows.append(r)
             print(f"{r['workload']:<18}{r['cells']:>6}{r['serial_s']:>10.1f}{r['cold_s']:>9.1f}{r['warm_s']:>8.2f}"
-                  f"{r['serial_over_cold']:>12.2f}x{r['warm_over_cold']:>10.1%}{r['cold_ms_per_cell']:>14.0f}")
+                  f"{r['serial_over_cold']:>12.2f}x{r['warm_over_cold']:>10.1%}{r['cold_ms_per_cell']:>14.0f}",
+                  flush=True)
         small, big = rows[-2], rows[-1]
         print(f"cost per cell, {big['cells']} vs {small['cells']} cells: "
               f"{big['cold_ms_per_cell'] / small['cold_ms_per_cell']:.2f}x")

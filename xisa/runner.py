@@ -50,6 +50,13 @@ def _warm() -> None:
     from triton.backends.amd import compiler as _amd  # noqa: F401
     from triton.backends.nvidia import compiler as _nv  # noqa: F401
 
+    try:  # Triton hashes its own sources for every compile's cache key: once here, not per worker
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except Exception:
+        pass
+
 
 def _worker_main(conn) -> None:
     while True:
