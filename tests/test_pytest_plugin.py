@@ -51,3 +51,27 @@ def test_pytest_xisa_passes_then_fails_with_a_readable_diff(tmp_path, shared_cac
     assert "accept with: xisa bless --arch gfx942 --kernel gemm:bf16_4k" in bad.stdout
     scoped = pytest_xisa(project, shared_cache, "--xisa-scope", "gfx942:gemm")
     assert scoped.returncode == 0, scoped.stdout[-2000:]
+
+
+def test_xisa_update_blesses_is_refused_in_ci_and_combines_under_xdist(tinyproj, shared_cache):
+    def run(*args: str, ci: bool = False) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "CI"}
+        env["XISA_CACHE_DIR"] = str(shared_cache)
+        if ci:
+            env["CI"] = "true"
+        return subprocess.run([sys.executable, "-m", "pytest", "--xisa", "-q", "-p", "no:cacheprovider",
+                               "--strict-markers", *args, "kernels"], cwd=tinyproj, env=env, capture_output=True,
+                              text=True, timeout=900)
+
+    refused = run("--xisa-update", ci=True)
+    assert refused.returncode == 4 and "CI" in refused.stderr
+    assert not (tinyproj / "golden").exists()
+    blessed = run("--xisa-update")
+    assert blessed.returncode == 0 and "8 passed" in blessed.stdout
+    assert len(list((tinyproj / "golden").glob("*/*/*.yaml"))) == 8
+    parallel = run("-n", "2")
+    assert parallel.returncode == 0 and "8 passed" in parallel.stdout, parallel.stdout[-2000:]
+    source = tinyproj / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))
+    failing = run("-n", "2")
+    assert failing.returncode == 1 and "2 failed, 6 passed" in failing.stdout

@@ -115,7 +115,12 @@ def check_supported(version: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def amd_codegen_revision() -> str | None:
-    """The AMD backend's codegen revision where Triton exposes one (3.9+); None before that."""
+    """The AMD backend's codegen revision where Triton exposes one (3.9+); None before that.
+
+    Older Triton has none, and looking would import Triton, which a warm run must not pay for.
+    """
+    if parse_version(triton_version())[:2] < (3, 9):
+        return None
     try:
         from triton.backends.amd import compiler as amd_compiler
     except Exception:
@@ -127,13 +132,21 @@ def amd_codegen_revision() -> str | None:
     return None
 
 
+def _triton_dir() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("triton")
+    return Path(spec.origin).parent if spec and spec.origin else None
+
+
 @functools.lru_cache(maxsize=1)
 def ptxas_version() -> str | None:
-    try:
-        from triton.knobs import nvidia
-
-        path = nvidia.ptxas.path
-    except Exception:
+    """ptxas's release, from the binary Triton uses (TRITON_PTXAS_PATH or the wheel's), without importing Triton."""
+    path = os.environ.get("TRITON_PTXAS_PATH")
+    if not path:
+        folder = _triton_dir()
+        path = str(folder / "backends" / "nvidia" / "bin" / "ptxas") if folder else ""
+    if not path or not os.path.exists(path):
         return None
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout

@@ -10,8 +10,12 @@ import yaml
 from xisa.errors import XisaError
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
+# libyaml's parser when PyYAML has it (goldens are read by the hundred); constructors stay the safe ones.
+_SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_SafeBase):
+    """A safe loader that refuses duplicate mapping keys instead of keeping the last one."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -51,7 +55,7 @@ def parse_yaml(text: str, *, path: str, error: type[XisaError]) -> Any:
         if stripped.startswith("\t"):
             raise error(f"line {lineno} is indented with a tab", path=path, fix="indent with spaces")
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - strict subclass of SafeLoader
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - strict subclass of (C)SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
