@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, needs_golden_toolchain
 
 
 def corpus_copy(dest: Path) -> Path:
@@ -16,6 +16,7 @@ def corpus_copy(dest: Path) -> Path:
     return dest
 
 
+@needs_golden_toolchain
 def test_check_passes_on_the_whole_corpus(run_xisa):
     out = run_xisa("check", "--format", "json", cwd=REPO)
     report = json.loads(out.out)
@@ -27,6 +28,7 @@ def test_check_passes_on_the_whole_corpus(run_xisa):
     assert all(c["verdict"] == "same" for c in cells)
 
 
+@needs_golden_toolchain
 def test_flipping_the_gfx11_reader_changes_only_gfx1100_cells(run_xisa, tmp_path):
     project = corpus_copy(tmp_path / "corpus")
     formats = project / "kernels" / "kv_formats.py"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, needs_golden_toolchain
 
 
 def copy_corpus(dest: Path) -> Path:
@@ -26,6 +26,7 @@ def pytest_xisa(cwd: Path, cache: Path, *args: str) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=1500)
 
 
+@needs_golden_toolchain
 def test_pytest_xisa_passes_then_fails_with_a_readable_diff(tmp_path, shared_cache):
     project = copy_corpus(tmp_path / "corpus")
     cells = len(list((project / "golden").glob("*/*/gfx*.yaml")))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from xisa.cache import ResultCache, Timings, cell_key
+from xisa.cache import ResultCache, Timings, cell_key, source_digest
 from xisa.compile import compile_cell
 from xisa.result import CellResult
 from xisa.spec import Cell
@@ -107,19 +107,19 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
     # Refused variables and an unsupported Triton make any result untrustworthy, cached answers included.
     toolchain.check_environment()
     toolchain.check_supported(toolchain.triton_version())
-    cache = ResultCache(cache_dir, enabled=options.use_cache and not options.keep_stages)
+    # --no-cache compiles every cell but still records the results, so the next run is warm.
+    cache = ResultCache(cache_dir, enabled=True)
+    read_cache = options.use_cache and not options.keep_stages
     timings = Timings(cache_dir)
     results: list[CellResult | None] = [None] * len(cells)
     keys: list[str | None] = [None] * len(cells)
     todo: list[int] = []
     source_digests: dict[str, str] = {}
     for index, cell in enumerate(cells):
-        if cache.enabled:
-            from xisa.cache import source_digest
-
-            if cell.kernel.spec_path not in source_digests:
-                source_digests[cell.kernel.spec_path] = source_digest(cell, tuple(roots))
-            keys[index] = cell_key(cell, tuple(roots), source=source_digests[cell.kernel.spec_path])
+        if cell.kernel.spec_path not in source_digests:
+            source_digests[cell.kernel.spec_path] = source_digest(cell, tuple(roots))
+        keys[index] = cell_key(cell, tuple(roots), source=source_digests[cell.kernel.spec_path])
+        if read_cache:
             hit = cache.get(keys[index])
             if hit is not None:
                 results[index] = hit

@@ -14,7 +14,7 @@ ArchOption = Annotated[Optional[list[str]], typer.Option("--arch", help="Target 
 KernelOption = Annotated[Optional[list[str]], typer.Option("--kernel", help="KERNEL or KERNEL:CASE glob (repeatable).")]
 JobsOption = Annotated[int, typer.Option("--jobs", "-j", help="Parallel compiles (0: the cores available).")]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds one cell may compile.")]
-NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Compile every cell, ignore the result cache.")]
+NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Compile every cell; the results still refresh the cache.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict and errors.")]
 
 
