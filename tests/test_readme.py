@@ -19,6 +19,7 @@ def test_two_setup_commands_main_job_and_tests():
     assert tests.startswith("python3 -m venv .venv") and tests.endswith("python -m pytest")
     for command in (main, tests):
         assert "torch==" in command          # never an unpinned torch: that pulls a CUDA build on a CPU machine
+        assert "triton==3.8.0" in command    # the toolchain the goldens are made with
 
 
 def test_ci_runs_the_readme_test_command_and_the_isolation_check():

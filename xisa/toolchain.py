@@ -125,11 +125,14 @@ def amd_codegen_revision() -> str | None:
         from triton.backends.amd import compiler as amd_compiler
     except Exception:
         return None
-    for attr in ("CODEGEN_REVISION", "codegen_revision", "__codegen_revision__"):
-        value = getattr(amd_compiler, attr, None)
-        if value is not None:
-            return str(value() if callable(value) else value)
-    return None
+    # Triton 3.9 compiles AMD code in a separate codegen library and reports its revision.
+    getter = getattr(amd_compiler, "get_amd_codegen_revision", None)
+    if getter is None:
+        return None
+    try:
+        return str(getter())
+    except Exception:  # a missing or broken codegen library is reported by the compile itself
+        return None
 
 
 def _triton_dir() -> Path | None:
