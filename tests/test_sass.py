@@ -275,3 +275,29 @@ def test_cuda_occupancy_sm80_has_less_shared_memory():
     # (sm_90's 233472 // 66560 = 3 blocks -> 12 warps).
     assert cuda_warps_per_sm(TARGETS["sm_80"], regs=32, smem_bytes=65536, num_warps=4) == 8
     assert cuda_warps_per_sm(TARGETS["sm_90"], regs=32, smem_bytes=65536, num_warps=4) == 12
+
+
+def test_register_numbers_rule_makes_a_permuted_allocation_the_same_fingerprint():
+    from xisa.analyze.sass import parse_stream, strip_register_numbers
+
+    first = "Function:k\n--:-:-:-:1\tUIADD3 UR28, UP0, UPT, UR6, 0x2, URZ;\n--:-:-:-:1\t@!P1 LDG.E R4, desc[UR4][R2.64];\n--:-:-:-:1\tEXIT;\n"
+    second = first.replace("UR28", "UR26").replace("R4,", "R7,").replace("P1", "P3")
+    a, b = parse_stream(first), parse_stream(second)
+    assert a.sha256() != b.sha256()
+    assert strip_register_numbers(a).sha256() == strip_register_numbers(b).sha256()
+    text = strip_register_numbers(parse_stream(first)).text()
+    assert "UIADD3 UR, UP, UPT, UR, 0x2, URZ" in text and "RZ" not in text.replace("URZ", "")
+
+
+def test_normalize_rules_are_validated_per_backend(tmp_path):
+    import pytest
+    import yaml
+
+    from xisa.errors import TargetError
+    from xisa.target import parse_target
+
+    data = yaml.safe_load((REPO / "targets" / "sm_100.yaml").read_text())
+    assert parse_target(data, "targets/sm_100.yaml").normalize == ("register-numbers",)
+    data["normalize"] = ["register-colours"]
+    with pytest.raises(TargetError, match="normalize"):
+        parse_target(data, "targets/sm_100.yaml")

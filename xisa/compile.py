@@ -69,7 +69,7 @@ def analyze_compiled(cell: Cell, compiled, options):
 
     with _drop_known_tool_noise():
         sass = compiled.asm["sass"]
-    analysis = analyze_sass(sass, compiled.asm["cubin"], shared_bytes=shared)
+    analysis = analyze_sass(sass, compiled.asm["cubin"], shared_bytes=shared, rules=target.normalize)
     res = analysis.resources
     res["occupancy"] = cuda_warps_per_sm(target, regs=res["registers"], smem_bytes=res["lds_bytes"],
                                          num_warps=num_warps)

@@ -25,7 +25,8 @@ CUDA_OCCUPANCY_INTS = (
     "max_blocks_per_sm", "smem_per_sm", "smem_per_block", "smem_reserved_per_block",
 )
 _TOP_KEYS = {"name", "backend", "arch", "warp_size", "family", "description", "fp8", "matrix",
-             "occupancy", "device", "sources"}
+             "occupancy", "device", "sources", "normalize"}
+NORMALIZE_RULES = {"hip": (), "cuda": ("register-numbers",)}
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Target:
     occupancy: dict[str, Any]
     device_match: tuple[str, ...]
     sources: dict[str, str] = field(compare=False, repr=False)
+    normalize: tuple[str, ...] = ()      # extra normalization rules for this target's machine code
     path: str = field(compare=False, repr=False, default="")
 
     @property
@@ -58,6 +60,7 @@ class Target:
             "name": self.name, "backend": self.backend, "arch": self.arch, "warp_size": self.warp_size,
             "family": self.family, "fp8": self.fp8, "matrix": self.matrix, "description": self.description,
             "occupancy": dict(self.occupancy), "device_match": list(self.device_match),
+            "normalize": list(self.normalize),
         }
 
 
@@ -107,6 +110,10 @@ def parse_target(data: Any, path: str) -> Target:
             cite = sources.get(key)
             _require(isinstance(cite, str) and len(cite.strip()) > 10, "this number cites no source", path,
                      f"sources.{key}", f"add sources.{key}: '<document, section, URL>'")
+    normalize = data.get("normalize", [])
+    allowed = NORMALIZE_RULES[backend]
+    _require(isinstance(normalize, list) and all(rule in allowed for rule in normalize),
+             f"unknown rule in {normalize!r}", path, "normalize", f"rules for {backend}: {list(allowed) or 'none'}")
     device = data["device"]
     _require(isinstance(device, dict) and isinstance(device.get("match"), list) and device["match"],
              "must have a non-empty `match` list", path, "device.match")
@@ -114,6 +121,7 @@ def parse_target(data: Any, path: str) -> Target:
         name=name, backend=backend, arch=arch, warp_size=data["warp_size"], family=str(data["family"]),
         description=str(data.get("description", "")), fp8=data["fp8"], matrix=data["matrix"],
         occupancy=dict(occ), device_match=tuple(str(m) for m in device["match"]), sources=dict(sources), path=path,
+        normalize=tuple(normalize),
     )
 
 

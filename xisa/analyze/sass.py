@@ -306,9 +306,26 @@ def resources(usage: dict[str, int], *, shared_bytes: int) -> dict[str, Any]:
     }
 
 
-def analyze_sass(sass: str, cubin: bytes, *, shared_bytes: int) -> Analysis:
+# Rule register-numbers (opt-in per target, `normalize: [register-numbers]`): ptxas-blackwell 12.9
+# (sm_100) allocates registers differently for the same PTX depending on the PTX file's path,
+# which Triton picks at random (measured: 1 run in 4 differs). On such a target the fingerprint
+# keeps opcodes, modifiers, immediates and structure but not register numbers; how many registers
+# a kernel uses stays in `resources`.
+_REGISTER = re.compile(r"\b(UR|R|UP|P|B)\d+\b")
+
+
+def strip_register_numbers(stream: Stream) -> Stream:
+    for block in stream.blocks:
+        block.instructions = [Instruction(i.mnemonic, i.base, _REGISTER.sub(r"\1", i.operands), i.line)
+                              for i in block.instructions]
+    return stream
+
+
+def analyze_sass(sass: str, cubin: bytes, *, shared_bytes: int, rules: tuple[str, ...] = ()) -> Analysis:
     """Analysis without occupancy (the caller adds it from the target: see `cuda_warps_per_sm`)."""
     stream = parse_stream(sass)
+    if "register-numbers" in rules:
+        stream = strip_register_numbers(stream)
     raw, base = histograms(stream)
     classes = Counter(classify(ins.mnemonic) for ins in stream.instructions())
     usage = cubin_resource_usage(cubin, _kernel_name(sass))
