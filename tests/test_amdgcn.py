@@ -140,3 +140,16 @@ def test_garbage_instruction_is_a_parse_error_naming_the_line():
 def test_no_kernel_is_a_parse_error():
     with pytest.raises(ParseError):
         parse_stream("\t.text\n")
+
+
+def test_dual_issue_pairs_show_both_halves_and_count_once():
+    vopd = SNIPPET.replace("\tv_and_b32_e32 v1, 63,   v0\n",
+                           "\tv_dual_mov_b32 v4, 0 :: v_dual_and_b32 v5, 0xfc, v7\n")
+    analysis, _ = analyze_amdgcn(vopd)
+    assert analysis.histogram["v_dual_mov_b32::v_dual_and_b32"] == 1
+    assert "v_dual_mov_b32" not in analysis.histogram
+    assert analysis.instructions == sum(analysis.histogram.values()) == 12
+    assert "v_dual_mov_b32 v4, 0 :: v_dual_and_b32 v5, 0xfc, v7" in analysis.stream_text
+    from xisa.expect import measure
+
+    assert measure("*v_dual_and_b32*", analysis) == 1 and measure("v_dual_mov*", analysis) == 1

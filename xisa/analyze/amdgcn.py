@@ -122,7 +122,11 @@ def parse_stream(asm: str) -> tuple[str, Stream]:
             raise ParseError(f"cannot parse instruction {text[:60]!r}", field=f"line {index + 1}")
         operands = _SPACES.sub(" ", parts[1]).strip() if len(parts) > 1 else ""
         operands = ", ".join(op.strip() for op in operands.split(",")) if operands else ""
-        blocks[-1].instructions.append(Instruction(mnemonic, base_mnemonic(mnemonic), operands, index + 1))
+        second = ""
+        if " :: " in operands:  # VOPD: one instruction word, two operations
+            tail = operands.split(" :: ", 1)[1].split(None, 1)
+            second = tail[0] if tail and re.match(r"^v_[a-z0-9_]+$", tail[0]) else ""
+        blocks[-1].instructions.append(Instruction(mnemonic, base_mnemonic(mnemonic), operands, index + 1, second))
         if _TERMINATORS.match(mnemonic):
             blocks.append(Block(f"bb{len(blocks)}"))
     if not end_seen:
@@ -145,7 +149,8 @@ def parse_stream(asm: str) -> tuple[str, Stream]:
 
     for block in blocks:
         block.instructions = [
-            Instruction(i.mnemonic, i.base, _LOCAL_LABEL.sub(rename, i.operands), i.line) for i in block.instructions
+            Instruction(i.mnemonic, i.base, _LOCAL_LABEL.sub(rename, i.operands), i.line, i.second)
+            for i in block.instructions
         ]
     return name, Stream(blocks)
 

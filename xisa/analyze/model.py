@@ -14,6 +14,15 @@ class Instruction:
     base: str              # encoding suffixes stripped, e.g. v_add_f32
     operands: str          # normalized operand text
     line: int              # 1-based line in the source assembly
+    second: str = ""       # the other half of a dual-issue pair (gfx11+ VOPD `X ... :: Y ...`), raw
+
+    def histogram_keys(self) -> tuple[str, str]:
+        """(raw, base) keys: a dual-issue pair counts once, as `X::Y`, so both halves are visible."""
+        if not self.second:
+            return self.mnemonic, self.base
+        from xisa.analyze.amdgcn import base_mnemonic
+
+        return f"{self.mnemonic}::{self.second}", f"{self.base}::{base_mnemonic(self.second)}"
 
     def text(self) -> str:
         return f"{self.mnemonic} {self.operands}".rstrip()
@@ -47,8 +56,9 @@ class Stream:
 
 
 def histograms(stream: Stream) -> tuple[dict[str, int], dict[str, int]]:
-    raw = Counter(ins.mnemonic for ins in stream.instructions())
-    base = Counter(ins.base for ins in stream.instructions())
+    keys = [ins.histogram_keys() for ins in stream.instructions()]
+    raw = Counter(k[0] for k in keys)
+    base = Counter(k[1] for k in keys)
     return dict(sorted(raw.items())), dict(sorted(base.items()))
 
 
