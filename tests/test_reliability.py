@@ -633,3 +633,12 @@ def test_refused_environment_variables():
         assert str(info.value).startswith(f"{name}: {name} is set") and info.value.exit_code == 2
     check_environment({name: "" for name in REFUSED_ENV})     # empty or "0" means unset
     check_environment({name: "0" for name in REFUSED_ENV})
+
+
+def test_cache_folder_under_a_regular_file_is_one_clear_error(run_xisa, tinyproj, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    out = run_xisa("compile", "--arch", "gfx942", cwd=tinyproj, env={"XISA_CACHE_DIR": str(blocker / "cache")})
+    lines = [line for line in out.err.splitlines() if line.strip()]
+    assert out.code == 2 and len(lines) == 1
+    assert lines[0].startswith("xisa: error: XISA_CACHE_DIR: cannot use") and "fix: point XISA_CACHE_DIR" in lines[0]

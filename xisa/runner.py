@@ -107,6 +107,13 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
     # Refused variables and an unsupported Triton make any result untrustworthy, cached answers included.
     toolchain.check_environment()
     toolchain.check_supported(toolchain.triton_version())
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from xisa.errors import ToolchainError
+
+        raise ToolchainError(f"cannot use {cache_dir} as xisa's cache: {exc.strerror}", field="XISA_CACHE_DIR",
+                             fix="point XISA_CACHE_DIR (or [tool.xisa] cache) at a writable folder") from None
     # --no-cache compiles every cell but still records the results, so the next run is warm.
     cache = ResultCache(cache_dir, enabled=True)
     read_cache = options.use_cache and not options.keep_stages

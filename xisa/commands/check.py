@@ -72,6 +72,14 @@ def _emit_report(report: CheckReport, fmt: Format, output: Path | None, *, count
         stderr().print(f"wrote {output}")
 
 
+def _validate_scopes(scopes: list[str] | None) -> None:
+    """A bad --scope is refused before anything compiles."""
+    from xisa.verdict import Scope
+
+    for text in scopes or []:
+        Scope.parse(text)
+
+
 def _run(ws, arch, kernel, jobs, timeout, no_cache, shard=None) -> Run:
     options = RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache)
     cells_hint = len(ws.select(arch=arch, kernel=kernel)[1])
@@ -89,6 +97,7 @@ def check(
     golden: Annotated[Optional[Path], typer.Option("--golden", help="Golden folder (default: golden/).")] = None,
 ) -> None:
     """CI gate: every cell against its golden. Exit 0 all well, 1 regression, 2 untrustworthy."""
+    _validate_scopes(scope)
     ws = open_workspace(spec=spec, golden=golden)
     run = _run(ws, arch, kernel, jobs, timeout, no_cache, shard)
     report = build_report(run.results, run.failures, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
@@ -156,6 +165,7 @@ def diff(
     """This tree's cells against BASE's goldens (or BASE compiled): the PR comment."""
     from xisa import gitrev
 
+    _validate_scopes(scope)
     ws = open_workspace(spec=spec)
     run = _run(ws, arch, kernel, jobs, timeout, no_cache)
     toolchain = describe_toolchain(backends=run.backends)

@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from xisa.cli import app
-from xisa.commands.common import (ArchOption, JobsOption, KernelOption, NoCacheOption, SpecOption, TimeoutOption,
+from xisa.commands.common import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
+                                  TimeoutOption,
                                   stderr, stdout)
 from xisa.emit import emit_stages
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
@@ -31,6 +32,7 @@ def compile_command(
     jobs: JobsOption = 0,
     timeout: TimeoutOption = 600.0,
     no_cache: NoCacheOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Cross-compile kernel cases for targets (no GPU needed) and print histograms, resources, fingerprints."""
     ws = open_workspace(spec=spec)
@@ -48,8 +50,12 @@ def compile_command(
         typer.echo(json.dumps(compile_payload(results, failures, backends=backends), indent=2, sort_keys=True))
     elif markdown:
         typer.echo(render_compile_markdown(results, counts=count or []), nl=False)
-    else:
+    elif not quiet:
         render_compile_table(stdout(), results, failures, counts=count or [])
+    else:
+        for cell_id, fails in failures.items():
+            for failure in fails:
+                stdout().print(f"expectation failed {cell_id}: {failure}", markup=False, highlight=False)
     errors = [r for r in results if not r.ok]
     for result in errors:
         stderr().print(f"[red]error[/red] {result.id}: {result.error}", markup=True, highlight=False)
