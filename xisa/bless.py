@@ -12,6 +12,7 @@ from xisa.golden import (golden_lock, golden_paths, list_goldens, read_golden, r
                          render_golden, write_golden)
 from xisa.result import CellResult
 from xisa.errors import GoldenError
+from xisa.names import display_path
 from xisa.verdict import matches_filters
 
 
@@ -44,10 +45,7 @@ def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, to
     outcome = BlessOutcome()
 
     def show(path: Path) -> str:
-        try:
-            return str(path.resolve().relative_to(display_root.resolve()))
-        except ValueError:
-            return str(path)
+        return display_path(path, display_root)
 
     try:
         _bless_locked(results, outcome, show, golden_dir=golden_dir, toolchain=toolchain, command=command,

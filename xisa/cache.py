@@ -21,8 +21,6 @@ from xisa.spec import Cell
 from xisa.toolchain import PINNED_ENV
 
 CACHE_FORMAT = 1
-# Bumped whenever parsing or normalization changes what a cell's analysis says.
-ANALYSIS_VERSION = 1
 
 
 @lru_cache(maxsize=1)
@@ -99,7 +97,7 @@ def source_digest(cell: Cell, roots: tuple[Path, ...]) -> str:
 
 def cell_key(cell: Cell, roots: tuple[Path, ...], *, source: str | None = None) -> str:
     payload = {
-        "format": CACHE_FORMAT, "analysis": ANALYSIS_VERSION, "xisa": xisa_identity(), "toolchain": toolchain_identity(),
+        "format": CACHE_FORMAT, "xisa": xisa_identity(), "toolchain": toolchain_identity(),
         "pinned": PINNED_ENV, "target": cell.target.summary(), "kernel": cell.kernel.name,
         "function": cell.kernel.function, "case": cell.case, "args": cell.args, "constexprs": cell.constexprs,
         "options": cell.options, "source": source or source_digest(cell, roots),
@@ -113,16 +111,13 @@ def _digest(record: dict[str, Any]) -> str:
 
 
 class ResultCache:
-    def __init__(self, directory: Path, *, enabled: bool = True):
+    def __init__(self, directory: Path):
         self.directory = directory / "results"
-        self.enabled = enabled
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> CellResult | None:
-        if not self.enabled:
-            return None
         try:
             data = json.loads(self._path(key).read_text(encoding="utf-8"))
             if data.get("key") != key or data.get("digest") != _digest(data["result"]):
@@ -137,7 +132,7 @@ class ResultCache:
 
     def put(self, key: str, result: CellResult) -> None:
         # Only successful compiles are kept: an error may come from a hang or a crash worth retrying.
-        if not self.enabled or not result.ok:
+        if not result.ok:
             return
         path = self._path(key)
         try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from xisa.names import display_path
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, XisaError
 from xisa.toolchain import (GOLDEN_TRITON, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON, amd_codegen_revision,
                             parse_version, pinned_overrides, ptxas_version, refused_variables)
@@ -82,10 +83,7 @@ def scan_golden_toolchains(golden_dir: Path, *, display_root: Path | None = None
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     def show(path: Path) -> str:
-        try:
-            return str(path.resolve().relative_to((display_root or golden_dir.parent).resolve()))
-        except ValueError:
-            return str(path)
+        return display_path(path, display_root or golden_dir.parent)
 
     for path in files:
         try:

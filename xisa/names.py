@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from xisa.errors import SpecError
 
@@ -42,3 +43,13 @@ def closest(name: str, candidates: list[str]) -> str | None:
         return n
 
     return min(sorted(candidates), key=lambda c: (distance(name, c), -prefix(name, c)))
+
+
+def display_path(path: Path, root: Path | None) -> str:
+    """`path` as a user reads it: relative to `root` when inside it, else as given."""
+    if root is not None:
+        try:
+            return str(path.resolve().relative_to(root.resolve()))
+        except ValueError:
+            pass
+    return str(path)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xisa.errors import SpecError
+from xisa.names import display_path
 
 BUNDLED_TARGETS = Path(__file__).resolve().parent / "_targets"      # in an installed wheel
 REPO_TARGETS = Path(__file__).resolve().parent.parent / "targets"   # in a source checkout
@@ -26,10 +27,7 @@ class Project:
     kernel_roots: tuple[Path, ...] = field(default=())
 
     def display(self, path: Path) -> str:
-        try:
-            return str(path.resolve().relative_to(self.root.resolve()))
-        except ValueError:
-            return str(path)
+        return display_path(path, self.root)
 
 
 def find_root(start: Path) -> tuple[Path, Path | None]:

@@ -115,7 +115,7 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
         raise ToolchainError(f"cannot use {cache_dir} as xisa's cache: {exc.strerror}", field="XISA_CACHE_DIR",
                              fix="point XISA_CACHE_DIR (or [tool.xisa] cache) at a writable folder") from None
     # --no-cache compiles every cell but still records the results, so the next run is warm.
-    cache = ResultCache(cache_dir, enabled=True)
+    cache = ResultCache(cache_dir)
     read_cache = options.use_cache and not options.keep_stages
     timings = Timings(cache_dir)
     results: list[CellResult | None] = [None] * len(cells)

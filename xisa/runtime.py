@@ -9,6 +9,7 @@ normalized, must have the fingerprint that xisa computes ahead of time for the c
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 import traceback
@@ -89,9 +90,7 @@ def run_check(cell: Cell, device, *, roots: list[Path]) -> tuple[RuntimeResult, 
     started = time.perf_counter()
     try:
         fn = load_kernel_function(cell.kernel, roots=roots)
-        import sys
-
-        module = sys.modules[fn.fn.__module__] if fn.fn.__module__ in sys.modules else None
+        module = sys.modules.get(fn.fn.__module__)
         check = getattr(module, cell.runtime, None) if module else None
         if check is None:
             raise XisaError(f"runtime check {cell.runtime!r} is not defined in the kernel module",

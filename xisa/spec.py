@@ -240,14 +240,15 @@ def build_cells(specs: list[KernelSpec], targets: list[Target], *, kernel_filter
     cells = []
     for spec in specs:
         for case in spec.cases:
-            if kernel_filters and not any(_match_kernel_filter(f, spec.name, case.name) for f in kernel_filters):
+            if kernel_filters and not any(matches_kernel_filter(f, spec.name, case.name) for f in kernel_filters):
                 continue
             for target in case_targets(case, targets):
                 cells.append(resolve_cell(spec, case, target))
     return cells
 
 
-def _match_kernel_filter(flt: str, kernel: str, case: str) -> bool:
+def matches_kernel_filter(flt: str, kernel: str, case: str) -> bool:
+    """`KERNEL` or `KERNEL:CASE` globs, as --kernel takes them."""
     kpat, _, cpat = flt.partition(":")
     return fnmatch.fnmatchcase(kernel, kpat) and (not cpat or fnmatch.fnmatchcase(case, cpat))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from xisa.errors import TargetError
-from xisa.names import TARGET_NAME, closest
+from xisa.names import TARGET_NAME, closest, display_path
 from xisa.yamlio import load_yaml
 
 BACKENDS = ("hip", "cuda")
@@ -132,21 +132,12 @@ def load_targets(directories: list[Path], *, root: Path | None = None) -> dict[s
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.yaml")):
-            shown = _display(path, root)
+            shown = display_path(path, root)
             targets[path.stem] = parse_target(load_yaml(path, error=TargetError, display=shown), shown)
     if not targets:
-        raise TargetError("no target files found", path=", ".join(_display(d, root) for d in directories),
+        raise TargetError("no target files found", path=", ".join(display_path(d, root) for d in directories),
                           fix="add targets/<name>.yaml")
     return targets
-
-
-def _display(path: Path, root: Path | None) -> str:
-    if root is not None:
-        try:
-            return str(path.resolve().relative_to(root.resolve()))
-        except ValueError:
-            pass
-    return str(path)
 
 
 def is_pattern(text: str) -> bool:

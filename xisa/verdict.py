@@ -13,8 +13,10 @@ from typing import Any
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError
 from xisa.expect import Failure
 from xisa.golden import Golden, golden_paths, list_goldens, read_golden
+from xisa.names import display_path
 from xisa.result import CellResult
 from xisa.shard import shard_of
+from xisa.spec import matches_kernel_filter
 
 SAME, CHANGED, NEW, UNUSED, ERROR, EXPECT_FAILED = "same", "changed", "new", "unused", "error", "expectation-failed"
 RESOURCE_DELTA_KEYS = ("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes",
@@ -150,15 +152,9 @@ def compute_delta(base: dict[str, Any], head_result: CellResult) -> Delta:
 
 
 def matches_filters(kernel: str, case: str, target: str, targets: set[str], kernel_filters: list[str] | None) -> bool:
-    if target not in targets:
-        return False
-    if not kernel_filters:
-        return True
-    for flt in kernel_filters:
-        kpat, _, cpat = flt.partition(":")
-        if fnmatch.fnmatchcase(kernel, kpat) and (not cpat or fnmatch.fnmatchcase(case, cpat)):
-            return True
-    return False
+    """Whether a (kernel, case, target) lies inside a selection: used to find unused goldens."""
+    return target in targets and (not kernel_filters or any(matches_kernel_filter(f, kernel, case)
+                                                            for f in kernel_filters))
 
 
 def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, golden_dir: Path,
@@ -170,10 +166,7 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
     problems: list[str] = []
 
     def show(path: Path) -> str:
-        try:
-            return str(path.resolve().relative_to(display_root.resolve()))
-        except ValueError:
-            return str(path)
+        return display_path(path, display_root)
 
     seen: set[tuple[str, str, str]] = set()
     for result in results:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +11,7 @@ from xisa.errors import SpecError
 from xisa.expect import Failure, evaluate, validate
 from xisa.project import Project, load_project
 from xisa.result import CellResult
-from xisa.shard import parse_shard, shard_of  # noqa: F401  (re-exported)
+from xisa.shard import shard_of
 from xisa.spec import Cell, KernelSpec, build_cells, discover_spec_files, load_specs
 from xisa.target import Target, load_targets, select_targets
 
@@ -26,11 +28,7 @@ class Workspace:
             names = {s.name for s in self.specs}
             for flt in kernel:
                 kpat = flt.partition(":")[0]
-                import fnmatch
-
                 if not any(fnmatch.fnmatchcase(n, kpat) for n in names):
-                    import difflib
-
                     near = difflib.get_close_matches(kpat, sorted(names), n=1)
                     raise SpecError(f"no kernel matches {flt!r}", field="--kernel",
                                     fix=f"did you mean {near[0]!r}?" if near else f"kernels: {', '.join(sorted(names))}")
@@ -73,14 +71,18 @@ class Run:
         return {t.backend for t in self.targets}
 
 
-def compile_selection(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None, options,
-                      shard: tuple[int, int] | None = None, progress=None) -> Run:
-    from xisa.runner import run_cells
-
+def select_cells(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None,
+                 shard: tuple[int, int] | None = None) -> tuple[list[Target], list[Cell]]:
     chosen, cells = ws.select(arch=arch, kernel=kernel)
     if shard is not None:
         index, count = shard
         cells = [c for c in cells if shard_of(c.id, count) == index - 1]
+    return chosen, cells
+
+
+def compile_cells(ws: Workspace, chosen: list[Target], cells: list[Cell], *, options, progress=None) -> Run:
+    from xisa.runner import run_cells
+
     results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir, options=options,
                         progress=progress)
     failures = {cell.id: expectation_failures(cell, result) for cell, result in zip(cells, results)}

@@ -23,7 +23,8 @@ from xisa.report import render_check_text, render_junit, render_markdown
 from xisa.runner import RunOptions
 from xisa.toolchain import describe_toolchain
 from xisa.verdict import CheckReport, build_report
-from xisa.workspace import Run, compile_selection, open_workspace, parse_shard
+from xisa.shard import parse_shard
+from xisa.workspace import Run, compile_cells, open_workspace, select_cells
 
 
 class Format(str, Enum):
@@ -82,10 +83,9 @@ def _validate_scopes(scopes: list[str] | None) -> None:
 
 def _run(ws, arch, kernel, jobs, timeout, no_cache, shard=None) -> Run:
     options = RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache)
-    cells_hint = len(ws.select(arch=arch, kernel=kernel)[1])
-    with progress_reporter(cells_hint) as advance:
-        return compile_selection(ws, arch=arch, kernel=kernel, options=options, shard=parse_shard(shard),
-                                 progress=advance)
+    chosen, cells = select_cells(ws, arch=arch, kernel=kernel, shard=parse_shard(shard))
+    with progress_reporter(len(cells)) as advance:
+        return compile_cells(ws, chosen, cells, options=options, progress=advance)
 
 
 @app.command()

@@ -16,8 +16,8 @@ from xisa.emit import emit_stages
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.progress import progress_reporter
 from xisa.report import compile_payload, render_compile_markdown, render_compile_table
-from xisa.runner import RunOptions, run_cells
-from xisa.workspace import expectation_failures, open_workspace
+from xisa.runner import RunOptions
+from xisa.workspace import compile_cells, open_workspace, select_cells
 
 
 @app.command("compile")
@@ -36,12 +36,11 @@ def compile_command(
 ) -> None:
     """Cross-compile kernel cases for targets (no GPU needed) and print histograms, resources, fingerprints."""
     ws = open_workspace(spec=spec)
-    chosen, cells = ws.select(arch=arch, kernel=kernel)
+    chosen, cells = select_cells(ws, arch=arch, kernel=kernel)
     options = RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache, keep_stages=emit is not None)
     with progress_reporter(len(cells)) as advance:
-        results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir,
-                            options=options, progress=advance)
-    failures = {cell.id: expectation_failures(cell, result) for cell, result in zip(cells, results)}
+        run = compile_cells(ws, chosen, cells, options=options, progress=advance)
+    results, failures = run.results, run.failures
     if emit is not None:
         written = emit_stages(emit, cells, results)
         stderr().print(f"wrote {written} files under {emit}")
