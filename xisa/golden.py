@@ -22,7 +22,7 @@ from typing import Any
 
 from xisa.analyze.model import Analysis
 from xisa.errors import GoldenError, LockError
-from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME
+from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, is_valid_name
 from xisa.result import CellResult
 from xisa.yamlio import dump_yaml, parse_yaml
 
@@ -51,7 +51,7 @@ class Golden:
 def golden_paths(golden_dir: Path, kernel: str, case: str, target: str) -> tuple[Path, Path]:
     for kind, value, pattern in (("kernel", kernel, KERNEL_NAME), ("case", case, CASE_NAME),
                                  ("target", target, TARGET_NAME)):
-        if not pattern.match(value) or ".." in value:
+        if not is_valid_name(value, pattern):
             raise GoldenError(f"{kind} name {value!r} cannot become a path", field=kind)
     folder = golden_dir / kernel / case
     return folder / f"{target}.yaml", folder / f"{target}.isa"

@@ -10,10 +10,26 @@ from xisa.errors import SpecError
 KERNEL_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 CASE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 TARGET_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+# A name becomes a folder or file name (golden/<kernel>/<case>/.<target>.yaml.<pid>.tmp), and file
+# systems refuse names over 255 bytes; names are ASCII, so characters are bytes. 200 leaves room for
+# the suffixes xisa adds.
+MAX_NAME_LENGTH = 200
+
+
+def is_valid_name(value: object, pattern: re.Pattern) -> bool:
+    return (isinstance(value, str) and bool(pattern.match(value)) and ".." not in value
+            and len(value) <= MAX_NAME_LENGTH)
 
 
 def check_name(kind: str, value: object, pattern: re.Pattern, *, path: str | None = None, field: str | None = None) -> str:
-    if not isinstance(value, str) or not pattern.match(value) or ".." in value:
+    if isinstance(value, str) and len(value) > MAX_NAME_LENGTH and pattern.match(value) and ".." not in value:
+        raise SpecError(
+            f"{kind} name {value[:40] + '...'!r} is {len(value)} characters long, more than {MAX_NAME_LENGTH}",
+            path=path,
+            field=field,
+            fix=f"use a name of at most {MAX_NAME_LENGTH} characters (it becomes a file name in golden/)",
+        )
+    if not is_valid_name(value, pattern):
         raise SpecError(
             f"{kind} name {value!r} is not allowed",
             path=path,

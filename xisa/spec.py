@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,9 @@ _FILE_KEYS = {"name", "source", "module", "function", "targets", "defaults", "ca
 _CASE_KEYS = {"name", "args", "constexprs", "options", "targets", "overrides", "matrix", "expect", "description", "runtime"}
 _LAYER_KEYS = {"args", "constexprs", "options", "targets", "expect", "runtime"}
 _DEFAULT_KEYS = {"args", "constexprs", "options", "expect", "overrides", "runtime"}
+# A matrix multiplies: 18 axes of two values are 262144 cases, minutes of silence before anything
+# compiles. The bundled specs have at most a few dozen cases each.
+MAX_CASES_PER_SPEC = 4096
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,9 @@ def load_spec(spec_file: Path, *, display: str | None = None) -> KernelSpec:
         fieldname = f"cases[{index}] ({base})"
         layer = _check_layer({k: v for k, v in raw.items() if k in _LAYER_KEYS}, shown, fieldname)
         overrides = default_overrides + _overrides(raw.get("overrides"), shown, f"{fieldname}.overrides")
-        for suffix, patches in _expand_matrix(raw.get("matrix"), shown, f"{fieldname}.matrix"):
+        expansion = _expand_matrix(raw.get("matrix"), shown, f"{fieldname}.matrix",
+                                   budget=MAX_CASES_PER_SPEC - len(cases))
+        for suffix, patches in expansion:
             name = base + suffix
             check_name("case", name, CASE_NAME, path=shown, field=f"{fieldname}.matrix")
             if name in seen:
@@ -190,9 +196,13 @@ def _overrides(raw: Any, path: str, fieldname: str) -> tuple[tuple[str, dict], .
     return tuple(result)
 
 
-def _expand_matrix(raw: Any, path: str, fieldname: str) -> list[tuple[str, tuple[dict, ...]]]:
+def _expand_matrix(raw: Any, path: str, fieldname: str, *, budget: int) -> list[tuple[str, tuple[dict, ...]]]:
+    """The case name suffixes and patches of a matrix; refused, before expanding, past `budget` cases."""
     axes = _mapping(raw, path, fieldname)
     if not axes:
+        if budget < 1:
+            raise _err(f"the spec has more than {MAX_CASES_PER_SPEC} cases", path, fieldname.removesuffix(".matrix"),
+                       f"a spec may have at most {MAX_CASES_PER_SPEC} cases: split it into several specs")
         return [("", ())]
     choices = []
     for axis, values in axes.items():
@@ -204,6 +214,11 @@ def _expand_matrix(raw: Any, path: str, fieldname: str) -> list[tuple[str, tuple
             check_name("matrix value", value_name, CASE_NAME, path=path, field=f"{fieldname}.{axis}")
             entries.append((value_name, _check_layer(patch, path, f"{fieldname}.{axis}.{value_name}")))
         choices.append(entries)
+    total = math.prod(len(entries) for entries in choices)
+    if total > budget:
+        sizes = " x ".join(str(len(entries)) for entries in choices)
+        raise _err(f"expands to {total} cases ({sizes}), more than the {MAX_CASES_PER_SPEC} a spec may have",
+                   path, fieldname, "drop axes or values, or split the cases into several specs")
     expanded = []
     for combo in itertools.product(*choices):
         suffix = "".join(f"-{value_name}" for value_name, _ in combo)
