@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -193,6 +194,16 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
     console.print(Text(summary_line(report)))
 
 
+# Characters XML 1.0 cannot hold, even escaped (C0 controls but tab, newline and carriage return;
+# surrogates; U+FFFE and U+FFFF). A compiler message may carry any of them (an ANSI colour code).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_safe(text: str) -> str:
+    """`text` with each character XML cannot hold written as a visible escape (`\\x1b`)."""
+    return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), text)
+
+
 def render_junit(report) -> str:
     from xml.etree import ElementTree as ET
 
@@ -200,18 +211,20 @@ def render_junit(report) -> str:
     failures = errors = 0
     for v in report.verdicts:
         case = ET.SubElement(suite, "testcase", classname=f"xisa.{v.target}", name=f"{v.kernel}:{v.case}")
+        message = _xml_safe(v.message)
         if v.verdict == "error":
             errors += 1
-            ET.SubElement(case, "error", message=v.message[:500]).text = v.message
+            ET.SubElement(case, "error", message=message[:500]).text = message
         elif v.is_regression:
             failures += 1
             detail = v.message
             if v.delta:
                 detail += "\n" + "\n".join(f"{m}: {b} -> {h}" for m, b, h in v.delta.histogram[:20])
-            ET.SubElement(case, "failure", message=f"{v.verdict}: {v.message}"[:500]).text = detail
+            ET.SubElement(case, "failure", message=f"{v.verdict}: {message}"[:500]).text = _xml_safe(detail)
     for problem in report.problems:
         errors += 1
         case = ET.SubElement(suite, "testcase", classname="xisa", name="toolchain")
+        problem = _xml_safe(problem)
         ET.SubElement(case, "error", message=problem[:500]).text = problem
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

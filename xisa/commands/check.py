@@ -15,8 +15,8 @@ import typer
 
 from xisa.bless import bless as bless_goldens, refuse_in_ci
 from xisa.cli import app
-from xisa.commands.common import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
-                                  TimeoutOption, stderr, stdout)
+from xisa.commands.common import (ArchOption, JobsOption, KernelOption, LockTimeoutOption, NoCacheOption, QuietOption,
+                                  SpecOption, TimeoutOption, stderr, stdout)
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED
 from xisa.progress import progress_reporter
 from xisa.report import render_check_text, render_junit, render_markdown
@@ -123,7 +123,7 @@ def bless(
     arch: ArchOption = None, kernel: KernelOption = None, spec: SpecOption = None, jobs: JobsOption = 0,
     timeout: TimeoutOption = 600.0, no_cache: NoCacheOption = False,
     golden: Annotated[Optional[Path], typer.Option("--golden", help="Golden folder (default: golden/).")] = None,
-    lock_timeout: Annotated[float, typer.Option("--lock-timeout", help="Seconds to wait for another bless.")] = 30.0,
+    lock_timeout: LockTimeoutOption = 30.0,
 ) -> None:
     """Accept the current compile as the goldens of the selection (refused when CI is set)."""
     refuse_in_ci()

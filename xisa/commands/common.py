@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,7 +14,23 @@ SpecOption = Annotated[Optional[list[Path]], typer.Option("--spec", help="A spec
 ArchOption = Annotated[Optional[list[str]], typer.Option("--arch", help="Target name or glob (repeatable).")]
 KernelOption = Annotated[Optional[list[str]], typer.Option("--kernel", help="KERNEL or KERNEL:CASE glob (repeatable).")]
 JobsOption = Annotated[int, typer.Option("--jobs", "-j", help="Parallel compiles (0: the cores available).")]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds one cell may compile.")]
+# A day: longer waits are mistakes, and larger numbers overflow the waits' system calls.
+MAX_SECONDS = 86400.0
+
+
+def _seconds(value: float, *, allow_zero: bool) -> float:
+    """A finite number of seconds: `inf` overflows a wait and `nan` compares false, so it would never expire."""
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not math.isfinite(value) or not low_ok or value > MAX_SECONDS:
+        bounds = f"from 0 to {MAX_SECONDS:g}" if allow_zero else f"above 0 and at most {MAX_SECONDS:g}"
+        raise typer.BadParameter(f"{value:g} is not a number of seconds {bounds}")
+    return value
+
+
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds one cell may compile.",
+                                              callback=lambda value: _seconds(value, allow_zero=False))]
+LockTimeoutOption = Annotated[float, typer.Option("--lock-timeout", help="Seconds to wait for another bless.",
+                                                  callback=lambda value: _seconds(value, allow_zero=True))]
 NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Compile every cell; the results still refresh the cache.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict and errors.")]
 
