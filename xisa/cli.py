@@ -1,11 +1,16 @@
 """The command line: a typer app whose commands are thin wrappers over library calls.
 
 This is the one error boundary: a domain error becomes one line on stderr and its exit code.
+SIGTERM and SIGHUP stop a run as Ctrl-C does (workers killed, no golden half-written, temp files
+removed): one line on stderr and the shell's convention, 128 + the signal (SIGINT 130, SIGTERM 143,
+SIGHUP 129).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 import typer
 
@@ -23,20 +28,57 @@ def _register() -> None:
     from xisa.commands import check, compile, device, doctor, inspect, report  # noqa: F401  (commands register themselves)
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_stopped_by = signal.SIGINT   # the signal that interrupted the run: KeyboardInterrupt unless a handler says
+
+
+def _stop(signum: int, frame) -> None:
+    """SIGTERM/SIGHUP: unwind like Ctrl-C, so every `finally` runs (workers killed, temp files removed)."""
+    global _stopped_by
+    _stopped_by = signum
+    for other in _STOP_SIGNALS:  # a second one must not interrupt the clean-up
+        signal.signal(other, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _handle_stop_signals() -> dict[int, object]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, _stop) for signum in _STOP_SIGNALS}
+
+
+def _interrupted() -> None:
+    if _stopped_by == signal.SIGINT:
+        print("xisa: interrupted", file=sys.stderr)
+    else:
+        print(f"xisa: interrupted by {signal.Signals(_stopped_by).name}", file=sys.stderr)
+    sys.exit(128 + _stopped_by)
+
+
 def main(argv: list[str] | None = None) -> None:
+    global _stopped_by
+    _stopped_by = signal.SIGINT
+    previous = _handle_stop_signals()
+    try:
+        _main(argv)
+    finally:  # after the run (or in-process callers): a late signal ends the process as usual
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         _register()
         code = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here
         if code == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into Exit(130); no command exits 130 itself
-            print("xisa: interrupted", file=sys.stderr)
+            _interrupted()
     except XisaError as exc:
         print(f"xisa: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        print("xisa: interrupted", file=sys.stderr)
-        sys.exit(130)
+        _interrupted()
     except OSError as exc:  # a file xisa must read or write (an --output under a regular file, a full disk)
         import errno
 

@@ -3,6 +3,9 @@
 Canonical YAML (sorted keys, no aliases, LF, no timestamps, no absolute paths), written through a
 temp file in the same folder and `os.replace`. A corrupt or hand-broken golden is an error, never
 silently regenerated. Layout: golden/<kernel>/<case>/<target>.yaml and <target>.isa
+
+golden/ holds no links: git stores symlinks, so a pull request can plant one that leads outside the
+project, and nothing here reads, writes or deletes through one (each is refused, naming the link).
 """
 
 from __future__ import annotations
@@ -48,13 +51,36 @@ class Golden:
         return Analysis.from_record(self.data, self.stream_text or "")
 
 
+def _shown(path: Path) -> str:
+    """`path` relative to the working folder when inside it; never resolved, which would follow the link."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return absolute if relative.startswith("..") else relative
+
+
+def refuse_link(path: Path) -> None:
+    """Refuse to go through `path` when it is a link (git stores links; one in golden/ can lead anywhere)."""
+    if os.path.islink(path):
+        raise GoldenError(f"is a link (to {os.readlink(path)}): xisa never reads, writes or deletes goldens through "
+                          "a link", path=_shown(path),
+                          fix="replace the link with the real file or folder, or git rm it")
+
+
 def golden_paths(golden_dir: Path, kernel: str, case: str, target: str) -> tuple[Path, Path]:
+    """The YAML and stream paths of a cell's golden; refused when a name cannot be a path or a link is on the way."""
     for kind, value, pattern in (("kernel", kernel, KERNEL_NAME), ("case", case, CASE_NAME),
                                  ("target", target, TARGET_NAME)):
         if not is_valid_name(value, pattern):
             raise GoldenError(f"{kind} name {value!r} cannot become a path", field=kind)
     folder = golden_dir / kernel / case
-    return folder / f"{target}.yaml", folder / f"{target}.isa"
+    yaml_path, stream_path = folder / f"{target}.yaml", folder / f"{target}.isa"
+    for path in (golden_dir, folder.parent, folder, yaml_path, stream_path, _pending(yaml_path)):
+        refuse_link(path)
+    return yaml_path, stream_path
+
+
+def _pending(yaml_path: Path) -> Path:
+    return yaml_path.with_name(yaml_path.name + PENDING_SUFFIX)
 
 
 def render_golden(result: CellResult, *, toolchain: dict[str, str], command: str, stream_file: bool) -> tuple[str, str | None]:
@@ -73,8 +99,8 @@ def render_golden(result: CellResult, *, toolchain: dict[str, str], command: str
 def read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
     """Read and validate a golden. A bless killed between its two renames left the new YAML as
     `<name>.pending` beside a new stream: that pair is read as the new golden (and `bless` finishes it)."""
-    pending = path.with_name(path.name + PENDING_SUFFIX)
-    if pending.exists():
+    pending = _pending(path)
+    if os.path.lexists(pending):
         try:
             return _read_golden(pending, stream_path, display=display)
         except GoldenError:
@@ -83,6 +109,7 @@ def read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
 
 
 def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
+    refuse_link(path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -113,6 +140,7 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
     stream_text = None
     if data.get("stream"):
         stream_display = str(Path(display).with_name(stream_path.name))
+        refuse_link(stream_path)
         try:
             stream_text = stream_path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -125,26 +153,39 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
     return Golden(path=path, data=data, stream_text=stream_text)
 
 
+def _golden_files(golden_dir: Path) -> Iterator[Path]:
+    """Every file in golden/<kernel>/<case>/, sorted. A link anywhere on the way is refused, never followed:
+    a kernel folder linked outside the project would otherwise be listed, its files removed as unused."""
+    refuse_link(golden_dir)
+    if not golden_dir.is_dir():
+        return
+    for kernel_dir in sorted(golden_dir.iterdir()):
+        refuse_link(kernel_dir)
+        if not kernel_dir.is_dir():
+            continue
+        for case_dir in sorted(kernel_dir.iterdir()):
+            refuse_link(case_dir)
+            if not case_dir.is_dir():
+                continue
+            for path in sorted(case_dir.iterdir()):
+                refuse_link(path)
+                yield path
+
+
 def list_goldens(golden_dir: Path) -> list[tuple[str, str, str]]:
     """(kernel, case, target) of every golden YAML on disk."""
-    found = []
-    if not golden_dir.is_dir():
-        return found
-    for path in sorted(golden_dir.glob("*/*/*.yaml")):
-        found.append((path.parent.parent.name, path.parent.name, path.stem))
-    return found
+    return [(path.parent.parent.name, path.parent.name, path.stem) for path in _golden_files(golden_dir)
+            if path.suffix == ".yaml" and path.is_file()]
 
 
 def pending_files(golden_dir: Path) -> list[Path]:
-    if not golden_dir.is_dir():
-        return []
-    return sorted(golden_dir.rglob(f"*{PENDING_SUFFIX}"))
+    return [path for path in _golden_files(golden_dir) if path.name.endswith(PENDING_SUFFIX)]
 
 
 def _write_temp(path: Path, text: str) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+        with open(tmp, "w", encoding="utf-8", newline="\n", opener=_no_follow) as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -155,11 +196,15 @@ def _write_temp(path: Path, text: str) -> Path:
     return tmp
 
 
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """SIGINT/SIGTERM wait until a golden's two files are both replaced."""
+    """SIGINT/SIGTERM/SIGHUP wait until a golden's two files are both replaced."""
     if hasattr(signal, "pthread_sigmask"):
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
         try:
             yield
         finally:
@@ -172,7 +217,7 @@ def write_golden(yaml_path: Path, stream_path: Path, yaml_text: str, stream_text
     """Replace a golden atomically. The new YAML waits as `<name>.pending` until the stream is in place,
     so even a SIGKILL between the two renames leaves something `recover_pending` completes."""
     yaml_path.parent.mkdir(parents=True, exist_ok=True)
-    pending = yaml_path.with_name(yaml_path.name + PENDING_SUFFIX)
+    pending = _pending(yaml_path)
     tmp_yaml = tmp_stream = None
     try:
         tmp_yaml = _write_temp(yaml_path, yaml_text)
@@ -213,8 +258,9 @@ def recover_pending(golden_dir: Path) -> list[Path]:
         target = pending.with_name(pending.name[: -len(PENDING_SUFFIX)])
         os.replace(pending, target)
         finished.append(target)
-    for tmp in golden_dir.rglob(".*.tmp") if golden_dir.is_dir() else []:
-        tmp.unlink()
+    for tmp in _golden_files(golden_dir):
+        if tmp.name.startswith(".") and tmp.name.endswith(".tmp"):
+            tmp.unlink()
     return finished
 
 
@@ -230,9 +276,11 @@ def _fsync_dir(folder: Path) -> None:
 @contextlib.contextmanager
 def golden_lock(golden_dir: Path, *, timeout: float = 30.0) -> Iterator[None]:
     """Serialize writers of one golden folder (two `bless` runs at once)."""
+    refuse_link(golden_dir)
     golden_dir.mkdir(parents=True, exist_ok=True)
     lock_path = golden_dir / ".xisa.lock"
-    handle = open(lock_path, "a+")
+    refuse_link(lock_path)
+    handle = open(lock_path, "a+", opener=_no_follow)
     deadline = time.monotonic() + timeout
     try:
         while True:

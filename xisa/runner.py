@@ -6,8 +6,11 @@ an error cell and the worker is replaced; the other cells go on.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from xisa.toolchain import apply_pinned_env
 _CELLS: list[Cell] = []
 _ROOTS: list[Path] = []
 _KEEP_STAGES = False
+_PARENT_PID = 0
 
 
 def available_cores() -> int:
@@ -58,7 +62,24 @@ def _warm() -> None:
         pass
 
 
+def _die_with_parent() -> None:
+    """A worker dies with xisa, even when xisa is SIGKILLed (else it waits forever on its pipe, ~300 MB),
+    and leaves SIGINT/SIGTERM/SIGHUP to xisa, which stops it: the handlers it inherited would print a
+    traceback here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != _PARENT_PID:  # xisa died before prctl took effect
+        os._exit(1)
+
+
 def _worker_main(conn) -> None:
+    _die_with_parent()
     while True:
         try:
             index = conn.recv()
@@ -137,21 +158,23 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
     if todo:
         # Slowest first, so the pool does not end waiting on one long cell.
         todo.sort(key=lambda i: -timings.get(cells[i].id))
-        for index, result in _compile_in_pool(cells, todo, roots=roots, cache_dir=cache_dir, options=options):
-            results[index] = result
-            if keys[index] is not None:
-                cache.put(keys[index], result)
-            if progress:
-                progress(result)
+        pool = _compile_in_pool(cells, todo, roots=roots, cache_dir=cache_dir, options=options)
+        with contextlib.closing(pool):  # interrupted here: stop the workers now, not when the generator is collected
+            for index, result in pool:
+                results[index] = result
+                if keys[index] is not None:
+                    cache.put(keys[index], result)
+                if progress:
+                    progress(result)
         timings.update([results[i] for i in todo])
     return results  # type: ignore[return-value]
 
 
 def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
-    global _CELLS, _ROOTS, _KEEP_STAGES
+    global _CELLS, _ROOTS, _KEEP_STAGES, _PARENT_PID
     apply_pinned_env(cache_dir)
     _warm()
-    _CELLS, _ROOTS, _KEEP_STAGES = cells, list(roots), options.keep_stages
+    _CELLS, _ROOTS, _KEEP_STAGES, _PARENT_PID = cells, list(roots), options.keep_stages, os.getpid()
     jobs = options.jobs or available_cores()
     jobs = max(1, min(jobs, len(todo)))
     ctx = multiprocessing.get_context("fork")
@@ -190,6 +213,10 @@ def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
                                                 f"compile took longer than {options.timeout:g} s (--timeout)")
                     worker.kill()
                     workers[position] = _Worker(ctx)
+    except BaseException:  # interrupted (SIGINT, SIGTERM, SIGHUP) or closed early: no compile is worth waiting for
+        for worker in workers:
+            worker.kill()
+        raise
     finally:
         for worker in workers:
             worker.stop()
