@@ -178,6 +178,16 @@ def list_goldens(golden_dir: Path) -> list[tuple[str, str, str]]:
             if path.suffix == ".yaml" and path.is_file()]
 
 
+def golden_set_digest(golden_dir: Path) -> str:
+    """SHA-256 over every golden's YAML and stream (relative path and bytes): which goldens a check compared with."""
+    digest = hashlib.sha256()
+    for path in _golden_files(golden_dir):
+        if path.suffix in (".yaml", ".isa") and path.is_file():
+            relative = path.relative_to(golden_dir).as_posix()
+            digest.update(f"{relative}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
 def pending_files(golden_dir: Path) -> list[Path]:
     return [path for path in _golden_files(golden_dir) if path.name.endswith(PENDING_SUFFIX)]
 

@@ -104,6 +104,7 @@ class CheckReport:
     scopes: list[str]
     problems: list[str] = field(default_factory=list)   # whole-run reasons not to trust the result
     shard: tuple[int, int] | None = None
+    selection: dict[str, Any] | None = None   # what the run covers (xisa.selection), for `xisa merge`
 
     @property
     def isolation_violations(self) -> list[CellVerdict]:
@@ -128,7 +129,7 @@ class CheckReport:
 
         return {
             "schema": JSON_SCHEMA_VERSION, "kind": "check", "toolchain": self.toolchain, "scopes": self.scopes,
-            "shard": list(self.shard) if self.shard else None,
+            "shard": list(self.shard) if self.shard else None, "selection": self.selection,
             "exit_code": self.exit_code, "counts": self.counts(), "problems": list(self.problems),
             "isolation_violated": [v.id for v in self.isolation_violations],
             "cells": [v.to_json() for v in self.verdicts],
@@ -159,7 +160,8 @@ def matches_filters(kernel: str, case: str, target: str, targets: set[str], kern
 
 def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, golden_dir: Path,
                  display_root: Path, selected_targets: set[str], kernel_filters: list[str] | None,
-                 scopes: list[str], toolchain: dict[str, str], shard: tuple[int, int] | None = None) -> CheckReport:
+                 scopes: list[str], toolchain: dict[str, str], shard: tuple[int, int] | None = None,
+                 selection: dict[str, Any] | None = None) -> CheckReport:
     parsed_scopes = [Scope.parse(s) for s in scopes]
     verdicts: list[CellVerdict] = []
     golden_toolchains: dict[str, list[str]] = {}
@@ -218,4 +220,4 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                         f"or re-bless with {installed})")
     verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
     return CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains=golden_toolchains, scopes=scopes,
-                       problems=problems, shard=shard)
+                       problems=problems, shard=shard, selection=selection)

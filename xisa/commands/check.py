@@ -23,6 +23,7 @@ from xisa.report import render_check_text, render_junit, render_markdown
 from xisa.runner import RunOptions
 from xisa.toolchain import describe_toolchain
 from xisa.verdict import CheckReport, build_report
+from xisa.selection import describe_selection
 from xisa.shard import parse_shard
 from xisa.workspace import Run, compile_cells, open_workspace, select_cells
 
@@ -99,11 +100,13 @@ def check(
     """CI gate: every cell against its golden. Exit 0 all well, 1 regression, 2 untrustworthy."""
     _validate_scopes(scope)
     ws = open_workspace(spec=spec, golden=golden)
+    _, whole = select_cells(ws, arch=arch, kernel=kernel)   # every shard's cells: what `xisa merge` must get back
+    selection = describe_selection(ws, arch=arch, kernel=kernel, cells=whole)
     run = _run(ws, arch, kernel, jobs, timeout, no_cache, shard)
     report = build_report(run.results, run.failures, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
                           selected_targets={t.name for t in run.targets}, kernel_filters=kernel,
                           scopes=scope or [], toolchain=describe_toolchain(backends=run.backends),
-                          shard=parse_shard(shard))
+                          shard=parse_shard(shard), selection=selection)
     _emit_report(report, fmt, output, counts=count or [], title="xisa check", quiet=quiet)
     raise typer.Exit(report.exit_code)
 
