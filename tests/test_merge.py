@@ -1,0 +1,196 @@
+"""`xisa merge` trusts no shard: each report names its selection, and merge refuses (exit 2, one line
+naming the file and the field) anything that does not add up to one complete, consistent selection.
+
+One project is blessed, then a kernel edit changes the gfx1100 cells: the unsharded check exits 1.
+The shards of that check merge to the same verdict; tampered, mixed, malformed or missing shards are
+refused. Tampering is done on the JSON, and merge runs in-process (the real CLI entry point).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import xisa.cli
+from test_reliability import _xisa
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, shared_cache) -> dict[str, object]:
+    """The unsharded report, its two shards, and two shards of different --arch selections."""
+    from conftest import FIXTURES
+    import shutil
+
+    root = tmp_path_factory.mktemp("merge")
+    project = root / "tinyproj"
+    shutil.copytree(FIXTURES / "tinyproj", project)
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    assert _xisa("bless", cwd=project, cache=shared_cache).code == 0
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "goldens"], cwd=project,
+                   check=True)
+    source = project / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))  # gfx11 only
+    whole = _xisa("check", "--format", "json", cwd=project, cache=shared_cache)
+    out: dict[str, object] = {"project": project, "whole": whole}
+    runs = {"s1": ["--shard", "1/2"], "s2": ["--shard", "2/2"],
+            "gfx1100": ["--arch", "gfx1100", "--shard", "1/2"], "gfx942": ["--arch", "gfx942", "--shard", "2/2"]}
+    for name, args in runs.items():
+        path = root / f"{name}.json"
+        result = _xisa("check", *args, "--format", "json", "--output", str(path), cwd=project, cache=shared_cache)
+        assert result.code in (0, 1), result.err
+        out[name] = json.loads(path.read_text())
+    return out
+
+
+def _merge(tmp_path: Path, capsys, *reports, args: tuple[str, ...] = ()) -> tuple[int, str, str]:
+    """Write each report (a dict, or raw text) to a file and run `xisa merge` on them in-process."""
+    paths = []
+    for index, report in enumerate(reports, 1):
+        path = tmp_path / f"shard-{index}.json"
+        path.write_text(report if isinstance(report, str) else json.dumps(report))
+        paths.append(str(path))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        xisa.cli.main(["merge", *paths, *args])
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+def _one_line(err: str, *needles: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("xisa: error: ") and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def test_each_check_report_names_its_selection(shards):
+    whole, s1 = json.loads(shards["whole"].out), shards["s1"]
+    selection = whole["selection"]
+    assert selection["arguments"] == {"arch": None, "kernel": None, "specs": ["kernels"], "golden": "golden"}
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=shards["project"], capture_output=True, text=True)
+    assert selection["commit"] == head.stdout.strip()
+    assert len(selection["golden_sha256"]) == 64
+    assert selection["xisa_version"] == xisa.__version__
+    assert selection["cells"] == sorted(f"{c['kernel']}:{c['case']}@{c['target']}" for c in whole["cells"])
+    assert s1["selection"] == selection and s1["shard"] == [1, 2]       # a shard names the whole selection
+    assert shards["gfx1100"]["selection"]["arguments"]["arch"] == ["gfx1100"]
+
+
+def test_shards_merge_to_the_unsharded_verdict(shards, tmp_path, capsys):
+    whole = json.loads(shards["whole"].out)
+    assert shards["whole"].code == whole["exit_code"] == 1
+    code, out, err = _merge(tmp_path, capsys, shards["s1"], shards["s2"], args=("--format", "json"))
+    merged = json.loads(out)
+    assert code == merged["exit_code"] == shards["whole"].code, err
+    for key in ("cells", "counts", "isolation_violated", "selection", "toolchain", "scopes", "problems"):
+        assert merged[key] == whole[key], key
+
+
+def test_shards_of_different_selections_are_refused(shards, tmp_path, capsys):
+    """An --arch gfx1100 shard 1/2 and an --arch gfx942 shard 2/2: 3 of 8 cells, byte-identical."""
+    code, _, err = _merge(tmp_path, capsys, shards["gfx1100"], shards["gfx942"])
+    assert code == 2
+    _one_line(err, "shard-2.json: selection.arguments.arch", "not of one selection")
+
+
+def _cell(report: dict, verdict: str) -> dict:
+    return next(c for c in report["cells"] if c["verdict"] == verdict)
+
+
+def _tamper(case: str, s1: dict, s2: dict) -> tuple[object, object]:
+    """A change to shard 1 (or both), as a sloppy script or a hostile artifact would make it."""
+    if case == "verdict-relabelled-ok":
+        _cell(s1, "changed")["verdict"] = "ok"
+    elif case == "changed-relabelled-same":
+        cell = _cell(s1, "changed")
+        cell["verdict"], cell["delta"] = "same", None
+        s1["counts"] = {"same": s1["counts"]["same"] + 1, **{k: v for k, v in s1["counts"].items()
+                                                             if k not in ("same", "changed")}}
+    elif case == "in-scope-a-string":
+        _cell(s1, "changed")["in_scope"] = "false"
+    elif case == "in-scope-not-the-scopes":
+        _cell(s1, "changed")["in_scope"] = True
+    elif case == "instructions-a-string":
+        s1["cells"][0]["head_instructions"] = str(s1["cells"][0]["head_instructions"])
+    elif case == "field-missing":
+        del s1["cells"][0]["verdict"]
+    elif case == "exit-code-edited":
+        s1["exit_code"] = 0
+    elif case == "cell-dropped":
+        dropped = _cell(s1, "same")
+        s1["cells"].remove(dropped)
+        s1["counts"]["same"] -= 1
+    elif case == "cell-in-the-wrong-shard":
+        moved = _cell(s2, "same")
+        s2["cells"].remove(moved)
+        s2["counts"]["same"] -= 1
+        s1["cells"].append(moved)
+        s1["counts"]["same"] += 1
+    elif case == "other-commit":
+        s1["selection"]["commit"] = "0" * 40
+    elif case == "other-goldens":
+        s1["selection"]["golden_sha256"] = "0" * 64
+    elif case == "other-toolchain":
+        s1["toolchain"]["triton"] = "3.6.0"
+    elif case == "other-schema":
+        s1["schema"] = 99
+    elif case == "no-selection":
+        del s1["selection"]
+    elif case == "truncated":
+        return json.dumps(s1)[:300], s2
+    elif case == "not-an-object":
+        return "[1, 2]", s2
+    elif case == "nan":
+        return json.dumps(s1).replace('"exit_code": 1', '"exit_code": NaN'), s2
+    elif case == "duplicate-key":
+        return json.dumps(s1)[:-1] + ', "exit_code": 0}', s2
+    elif case == "unsharded":
+        s1["shard"] = None
+    return s1, s2
+
+
+# case -> needles in the one-line error
+TAMPERED = {
+    "verdict-relabelled-ok": ["shard-1.json: cells[", ".verdict", "unknown verdict 'ok'"],
+    "changed-relabelled-same": ["shard-1.json: cells[", ".verdict", "'same' disagrees with the fingerprints"],
+    "in-scope-a-string": ["shard-1.json: cells[", ".in_scope", "must be bool, got str"],
+    "in-scope-not-the-scopes": ["shard-1.json: cells[", ".in_scope", "the report's scopes say otherwise"],
+    "instructions-a-string": ["shard-1.json: cells[0]", ".head_instructions", "must be int or null, got str"],
+    "field-missing": ["shard-1.json: cells[0]", ".verdict: missing"],
+    "exit-code-edited": ["shard-1.json: exit_code", "disagrees with the cells"],
+    "cell-dropped": ["shard-1.json: cells", "cell(s) of the selection are missing"],
+    "cell-in-the-wrong-shard": ["shard-1.json: cells[", "belongs to shard 2/2, not 1/2"],
+    "other-commit": ["shard-2.json: selection.commit", "not of one selection"],
+    "other-goldens": ["shard-2.json: selection.golden_sha256", "not of one selection"],
+    "other-toolchain": ["shard-2.json: toolchain.triton", "different toolchains"],
+    "other-schema": ["shard-1.json: schema", "is not 1"],
+    "no-selection": ["shard-1.json: selection: missing"],
+    "truncated": ["shard-1.json: not a JSON report"],
+    "not-an-object": ["shard-1.json: kind: not an `xisa check --format json` report"],
+    "nan": ["shard-1.json: not a JSON report", "NaN is not JSON"],
+    "duplicate-key": ["shard-1.json: not a JSON report", "duplicate key 'exit_code'"],
+    "unsharded": ["shard-1.json: shard", "not from a sharded run"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_a_tampered_or_malformed_shard_is_refused(shards, tmp_path, capsys, case):
+    s1, s2 = _tamper(case, copy.deepcopy(shards["s1"]), copy.deepcopy(shards["s2"]))
+    code, out, err = _merge(tmp_path, capsys, s1, s2)
+    assert code == 2 and not out
+    _one_line(err, *TAMPERED[case])
+
+
+def test_missing_and_duplicate_shards_are_refused(shards, tmp_path, capsys):
+    code, _, err = _merge(tmp_path, capsys, shards["s1"])
+    assert code == 2
+    _one_line(err, "missing shard(s) 2/2")
+    code, _, err = _merge(tmp_path, capsys, shards["s1"], shards["s1"], shards["s2"])
+    assert code == 2
+    _one_line(err, "shard-2.json: shard", "shard 1/2 is given twice")
