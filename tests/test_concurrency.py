@@ -167,3 +167,124 @@ def test_lock_timeout_in_process(tmp_path):
     assert info.value.exit_code == 2 and ".xisa.lock" in str(info.value)
     with golden_lock(tmp_path / "golden", timeout=0.3):     # released: free again
         pass
+
+
+# --- SIGTERM / SIGHUP / SIGKILL: a clean stop, no orphaned worker, no stray temp file -------------------
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running or sleeping; a zombie (dead, not yet reaped by its new parent) is not alive."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _until(condition, seconds: float = 120.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def hanging_check(tinyproj, shared_cache, tmp_path):
+    """`xisa check` of three cells on two workers, one stuck in its compile (an import that sleeps):
+    yields the process, its workers and its stderr file once both workers run; kills leftovers after."""
+    from conftest import FIXTURES
+
+    for name in ("hang.py", "hang.yaml"):
+        (tinyproj / "kernels" / name).write_text((FIXTURES / "faulty" / name).read_text())
+    stderr_path = tmp_path / "stderr.txt"
+    with open(stderr_path, "w") as stderr_file:
+        proc = subprocess.Popen([sys.executable, "-m", "xisa", "check", "--arch", "gfx942", "--kernel", "hang",
+                                 "--kernel", "scale", "-j", "2", "--no-cache"], cwd=tinyproj, env=_env(shared_cache),
+                                stdout=subprocess.DEVNULL, stderr=stderr_file)
+    workers: list[int] = []
+    try:
+        assert _until(lambda: len(_children(proc.pid)) >= 2), stderr_path.read_text()
+        workers = _children(proc.pid)
+        time.sleep(1.0)            # the workers have their cells: one compiles scale, one hangs in `hang`
+        yield proc, workers, stderr_path
+    finally:
+        for pid in [proc.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_mid_compile_stops_cleanly(hanging_check, tinyproj, signum):
+    proc, workers, stderr_path = hanging_check
+    proc.send_signal(signum)
+    proc.wait(timeout=60)
+    assert proc.returncode == 128 + signum           # the shell's convention: 143 for SIGTERM, 129 for SIGHUP
+    lines = [line for line in stderr_path.read_text().splitlines() if line.strip()]
+    assert lines == [f"xisa: interrupted by {signal.Signals(signum).name}"]
+    assert _until(lambda: not any(_alive(pid) for pid in workers)), "a worker outlived xisa"
+    assert not [p for p in tinyproj.rglob("*") if p.name.endswith((".tmp", ".pending"))]
+
+
+def test_workers_die_with_a_sigkilled_xisa(hanging_check):
+    proc, workers, _ = hanging_check
+    proc.kill()
+    proc.wait(timeout=60)
+    assert _until(lambda: not any(_alive(pid) for pid in workers)), "a worker outlived a SIGKILLed xisa"
+
+
+# The real CLI with fsync slowed down on the third golden temp file (the second golden's YAML), and a
+# marker on stderr then, so the test can send SIGTERM while a temp file exists.
+DRIVER_TEMP = r"""
+import os, stat, sys, time
+import xisa.cli
+real = os.fsync
+count = 0
+def fsync(fd):
+    global count
+    real(fd)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        count += 1
+        if count == 3:
+            print("TEST: a temp file is being written", file=sys.stderr, flush=True)
+            time.sleep(60)
+os.fsync = fsync
+xisa.cli.main(sys.argv[1:])
+"""
+
+
+def test_sigterm_while_bless_writes_a_temp_file_leaves_none(changed_after_bless, shared_cache, tmp_path):
+    project = changed_after_bless
+    old = _goldens(project)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER_TEMP)
+    proc = subprocess.Popen([sys.executable, str(driver), "bless"], cwd=project, env=_env(shared_cache),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()
+    assert first.startswith("TEST: a temp file is being written"), first + proc.stderr.read()
+    assert list((project / "golden").rglob(".*.tmp"))          # the moment is right: a temp file exists
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.returncode == 143
+    assert [line for line in err.splitlines() if line.strip()] == ["xisa: interrupted by SIGTERM"]
+    assert not [p for p in (project / "golden").rglob("*") if p.name.endswith((".tmp", ".pending"))]
+    new = _goldens(project)
+    assert set(new) == set(old)
+    for key in KEYS:                                   # every golden whole: old or new
+        read_golden(*golden_paths(project / "golden", *key), display=str(key))
