@@ -26,10 +26,10 @@ from xisa import bless as bless_module
 from xisa.analyze.amdgcn import analyze_amdgcn
 from xisa.errors import GoldenError, SpecError, ToolchainError, XisaError
 from xisa.golden import golden_paths, read_golden, render_golden
-from xisa.names import CASE_NAME, KERNEL_NAME, check_name
+from xisa.names import CASE_NAME, KERNEL_NAME, MAX_NAME_LENGTH, check_name
 from xisa.result import CellResult
 from xisa.toolchain import REFUSED_ENV, check_environment, check_supported
-from xisa.yamlio import parse_yaml
+from xisa.yamlio import MAX_EXPANDED_NODES, parse_yaml
 
 ASM = FIXTURES / "asm"
 
@@ -77,6 +77,19 @@ def _edit(path: Path, old: str, new: str) -> None:
 SCALE = "kernels/scale.yaml"
 PYPROJECT = "pyproject.toml"
 
+
+def _nested_aliases(levels: int, indent: str = "") -> str:
+    """`levels` lists of nine, each of nine aliases of the one before: 9**levels values from a few hundred bytes."""
+    lines, previous = [], None
+    for level in range(levels):
+        items = ", ".join(["lol"] * 9 if previous is None else [f"*a{previous}"] * 9)
+        lines.append(f"{indent}  - &a{level} [{items}]")
+        previous = level
+    return "\n".join(lines) + "\n"
+
+
+LONG_NAME = "s" * (MAX_NAME_LENGTH + 100)
+
 # id -> (file, old, new | bytes, needles in the one-line error)
 SPEC_CASES = {
     "malformed-yaml": (SCALE, "targets: [gfx1100, gfx1201, gfx942]", "targets: [gfx1100, gfx1201, gfx942",
@@ -118,6 +131,18 @@ SPEC_CASES = {
                                ["pyproject.toml", "invalid TOML"]),
     "pyproject-specs-not-paths": (PYPROJECT, 'specs = ["kernels"]', "specs = 3",
                                   ["pyproject.toml: tool.xisa.specs", "must be a path or a list of paths"]),
+    # 6 levels (531441 values) stay harmless for the old code to load; the bound is the same for 9.
+    "billion-laughs": (SCALE, "name: scale\n", "name: scale\ndescription:\n" + _nested_aliases(6),
+                       ["kernels/scale.yaml", f"aliases expand to more than {MAX_EXPANDED_NODES} YAML values",
+                        "fix: write the values out"]),
+    "case-name-too-long": (SCALE, "  - name: small", f"  - name: {LONG_NAME}",
+                           ["kernels/scale.yaml: cases[0].name", f"is {len(LONG_NAME)} characters long",
+                            f"more than {MAX_NAME_LENGTH}", "fix: use a name of at most"]),
+    "matrix-name-too-long": (SCALE, "    constexprs: {BLOCK: 1024}\n",
+                             "    constexprs: {BLOCK: 1024}\n    matrix: {v: {" + "v" * (MAX_NAME_LENGTH // 2)
+                             + ": {}}, w: {" + "w" * (MAX_NAME_LENGTH // 2) + ": {}}}\n",
+                             ["kernels/scale.yaml: cases[1] (big).matrix", "characters long",
+                              f"more than {MAX_NAME_LENGTH}"]),
     "pyproject-stream-files": (PYPROJECT, 'golden = "golden"', 'golden = "golden"\nstream_files = "yes"',
                                ["pyproject.toml: tool.xisa.stream_files", "must be true or false"]),
 }
@@ -156,6 +181,13 @@ OPTION_CASES = {
     "kernel-no-match": (["compile", "--kernel", "scael"], ["--kernel", "no kernel matches 'scael'",
                                                            "did you mean 'scale'?"]),
     "lock-timeout-not-number": (["bless", "--lock-timeout", "soon"], ["Invalid value for '--lock-timeout'"]),
+    "timeout-inf": (["compile", "--arch", "gfx942", "--timeout", "inf"],
+                    ["Invalid value for '--timeout'", "inf is not a number of seconds above 0"]),
+    "timeout-nan": (["compile", "--arch", "gfx942", "--timeout", "nan"],
+                    ["Invalid value for '--timeout'", "nan is not a number of seconds"]),
+    "timeout-zero": (["compile", "--arch", "gfx942", "--timeout", "0"], ["Invalid value for '--timeout'"]),
+    "lock-timeout-nan": (["bless", "--arch", "gfx942", "--lock-timeout", "nan"],
+                         ["Invalid value for '--lock-timeout'", "nan is not a number of seconds from 0"]),
 }
 
 
@@ -642,3 +674,88 @@ def test_cache_folder_under_a_regular_file_is_one_clear_error(run_xisa, tinyproj
     lines = [line for line in out.err.splitlines() if line.strip()]
     assert out.code == 2 and len(lines) == 1
     assert lines[0].startswith("xisa: error: XISA_CACHE_DIR: cannot use") and "fix: point XISA_CACHE_DIR" in lines[0]
+
+
+# --- 7. YAML aliases, merge keys, names and matrices that cannot work ----------------------------------
+
+def test_nested_aliases_are_refused_before_they_expand(tmp_path):
+    """The issue's 792-byte spec (nine levels: 387 million values) and a recursive alias: one line each."""
+    text = "description:\n" + _nested_aliases(9)
+    assert len(text.encode()) < 1000
+    with pytest.raises(SpecError) as info:
+        parse_yaml(text, path="kernels/laughs.yaml", error=SpecError)
+    assert str(info.value).startswith("kernels/laughs.yaml: its aliases expand to more than")
+    with pytest.raises(SpecError, match="an alias refers to the value that contains it"):
+        parse_yaml("a: &x [1, *x]\n", path="k.yaml", error=SpecError)
+    # Aliases that stay small are fine.
+    assert parse_yaml("a: &x [1, 2]\nb: *x\n", path="k.yaml", error=SpecError) == {"a": [1, 2], "b": [1, 2]}
+
+
+def test_merge_keys_fill_in_and_the_mapping_overrides(tmp_path):
+    """YAML 1.1 merge keys: the mapping's own keys win, then the merged mappings in the order given."""
+    text = ("base: &base {x: 1, y: 2}\nother: &other {y: 9, z: 9}\n"
+            "one:\n  <<: *base\n  y: 3\n"
+            "two:\n  <<: [*base, *other]\n  w: 0\n")
+    data = parse_yaml(text, path="k.yaml", error=SpecError)
+    assert data["one"] == {"x": 1, "y": 3}
+    assert data["two"] == {"x": 1, "y": 2, "z": 9, "w": 0}
+    refused = {
+        "x: 1\nx: 2\n": "duplicate key 'x' (line 2)",                                 # still a duplicate
+        "b: &b {x: 1}\nc:\n  <<: *b\n  y: 1\n  y: 2\n": "duplicate key 'y' (line 5)",
+        "b: &b {x: 1}\nc:\n  <<: *b\n  <<: *b\n": "duplicate key '<<' (line 4)",
+        "b: &b [1]\nc:\n  <<: *b\n": "a merge key `<<` takes a mapping or a list of mappings",
+        "{[1]: 2}\n": "a mapping key must be a plain value, not list",
+    }
+    for bad, needle in refused.items():
+        with pytest.raises(SpecError) as info:
+            parse_yaml(bad, path="k.yaml", error=SpecError)
+        assert needle in str(info.value) and "\n" not in str(info.value), (bad, str(info.value))
+
+
+def test_merge_keys_in_a_spec_resolve_to_the_overridden_values(tmp_path):
+    from xisa.spec import build_cells, load_spec
+    from xisa.target import load_targets, select_targets
+
+    (tmp_path / "k.py").write_text("# kernel\n")
+    spec_file = tmp_path / "k.yaml"
+    spec_file.write_text("source: k.py\nfunction: kern\ntargets: [gfx942]\n"
+                         "description: {common: &common {x_ptr: '*fp32', n: 4096}}\n"
+                         "cases:\n  - name: c\n    args:\n      <<: *common\n      n: 1024\n")
+    targets = select_targets(load_targets([Path(__file__).resolve().parent.parent / "targets"]), ["gfx942"])
+    (cell,) = build_cells([load_spec(spec_file)], targets)
+    assert cell.args == {"x_ptr": "*fp32", "n": 1024}
+
+
+def test_a_matrix_too_large_is_refused_before_it_expands(tmp_path):
+    from xisa.spec import MAX_CASES_PER_SPEC, load_spec
+
+    axes = 1
+    while 2 ** axes <= MAX_CASES_PER_SPEC:
+        axes += 1
+    matrix = ", ".join(f"a{i}: {{x: {{}}, y: {{}}}}" for i in range(axes))
+    (tmp_path / "k.py").write_text("# kernel\n")
+    spec_file = tmp_path / "k.yaml"
+    spec_file.write_text(f"source: k.py\nfunction: kern\ncases:\n  - name: m\n    matrix: {{{matrix}}}\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(spec_file, display="kernels/k.yaml")
+    message = str(info.value)
+    assert message.startswith(f"kernels/k.yaml: cases[0] (m).matrix: expands to {2 ** axes} cases")
+    assert f"more than the {MAX_CASES_PER_SPEC} a spec may have" in message and "fix: drop axes" in message
+
+
+def test_junit_holds_any_message_as_parseable_xml():
+    from xml.etree import ElementTree as ET
+
+    from xisa.report import render_junit
+    from xisa.verdict import CellVerdict, CheckReport
+
+    message = "import failed: RuntimeError: boom \x01\x1b[31mred\x1b[0m \x00 \ufffe tab\there"
+    report = CheckReport(verdicts=[CellVerdict(kernel="k", case="c", target="gfx942", verdict="error",
+                                               message=message)],
+                         toolchain={"triton": "3.8.0"}, golden_toolchains={}, scopes=[], problems=[message])
+    suite = ET.fromstring(render_junit(report))
+    errors = suite.findall("./testcase/error")
+    assert len(errors) == 2 and suite.get("errors") == "2"
+    for error in errors:
+        assert error.get("message").startswith("import failed: RuntimeError: boom \\x01\\x1b[31mred")
+        assert "tab\there" in error.text and "\\ufffe" in error.text
