@@ -107,6 +107,13 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
                               field=key, fix="restore it from git or re-bless")
     if not re.fullmatch(r"[0-9a-f]{64}", data["sha256"]):
         raise GoldenError("not a SHA-256", path=display, field="sha256")
+    # Absent in goldens of analyzer 1: `check` reports those as made by another analyzer.
+    if data.get("code_sha256") is not None and not re.fullmatch(r"[0-9a-f]{64}", str(data["code_sha256"])):
+        raise GoldenError("not a SHA-256", path=display, field="code_sha256")
+    analyzer = data.get("analyzer", 1)
+    if not isinstance(analyzer, int) or isinstance(analyzer, bool) or analyzer < 1:
+        raise GoldenError("not a positive integer (hand-edited?)", path=display, field="analyzer",
+                          fix="restore it from git or re-bless")
     if sum(v for v in data["histogram"].values() if isinstance(v, int)) != data["instructions"]:
         raise GoldenError("histogram does not add up to `instructions` (hand-edited?)", path=display,
                           field="histogram", fix="restore it from git or re-bless")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xisa.analyze import ANALYZER_VERSION
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError
 from xisa.expect import Failure
 from xisa.golden import Golden, golden_paths, list_goldens, read_golden
@@ -87,6 +88,8 @@ class CellVerdict:
             "kernel": self.kernel, "case": self.case, "target": self.target, "verdict": self.verdict,
             "in_scope": self.in_scope, "message": self.message, "golden": self.golden_file,
             "head_sha256": head.sha256 if head else None, "base_sha256": base["sha256"] if base else None,
+            "head_code_sha256": head.code_sha256 if head else None,
+            "base_code_sha256": base.get("code_sha256") if base else None,
             "head_instructions": head.instructions if head else None,
             "base_instructions": base["instructions"] if base else None,
             "head_resources": dict(head.resources) if head else None,
@@ -163,6 +166,7 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
     parsed_scopes = [Scope.parse(s) for s in scopes]
     verdicts: list[CellVerdict] = []
     golden_toolchains: dict[str, list[str]] = {}
+    golden_analyzers: dict[int, list[str]] = {}   # analyzer version -> golden files made by another one
     problems: list[str] = []
 
     def show(path: Path) -> str:
@@ -189,15 +193,25 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
         if not result.ok:
             verdict.verdict, verdict.message = ERROR, result.error or "compile failed"
             continue
+        made_by = golden.data.get("analyzer", 1) if golden else ANALYZER_VERSION
+        if made_by != ANALYZER_VERSION:
+            # Counted or normalized another way: a difference would not be a kernel change. Not
+            # compared; the one line in `problems` says why and what to do.
+            golden_analyzers.setdefault(made_by, []).append(show(yaml_path))
+            verdict.verdict = ERROR
+            continue
         verdict.expectations = failures.get(result.id, [])
         if golden is None:
             verdict.verdict, verdict.message = NEW, "no golden (run `xisa bless` to record it)"
         else:
             delta = compute_delta(golden.data, result)
-            changed = golden.data["sha256"] != result.analysis.sha256 or bool(delta.resources)
-            if changed:
+            stream_changed = golden.data["sha256"] != result.analysis.sha256
+            code_changed = golden.data.get("code_sha256") != result.analysis.code_sha256
+            if stream_changed or code_changed or delta.resources:
                 verdict.verdict, verdict.delta = CHANGED, delta
                 verdict.message = "changed in scope" if verdict.in_scope else "changed outside the declared scope"
+                if code_changed and not stream_changed:
+                    verdict.message += ": the code bytes changed, the printed stream did not (inline-asm directives?)"
         if verdict.expectations:
             verdict.verdict = EXPECT_FAILED
             verdict.message = "; ".join(str(f) for f in verdict.expectations)
@@ -216,6 +230,9 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
         problems.append(f"goldens were made with Triton {version} ({len(files)} files, e.g. {files[0]}) but Triton "
                         f"{installed} is installed: fingerprints cannot be compared (fix: install triton=={version} "
                         f"or re-bless with {installed})")
+    for version in sorted(golden_analyzers):
+        problems.append(f"goldens were made by xisa's analyzer {version}, this xisa is {ANALYZER_VERSION}: "
+                        "re-bless with `xisa bless`")
     verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
     return CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains=golden_toolchains, scopes=scopes,
                        problems=problems, shard=shard)
