@@ -444,7 +444,7 @@ def analyze_amdgcn(asm: str, *, lds_bytes: int = 0, code_object: bytes | None = 
     classes = Counter(classify(ins.mnemonic) for ins in stream.instructions())
     text = stream.text()
     analysis = Analysis(
-        isa="amdgcn", sha256=stream.sha256(), instructions=sum(raw.values()), blocks=len(stream.blocks),
+        isa="amdgcn", sha256=stream.sha256(), instructions=sum(raw.values()), blocks=sum(1 for _ in stream.all_blocks()),
         histogram=raw, base_histogram=base, classes={c: classes.get(c, 0) for c in CLASSES if classes.get(c)},
         resources=resources(asm, lds_bytes=lds_bytes), stream_text=text,
         code_sha256=code_sha256(code_object) if code_object is not None else None, opaque_asm=opaque,
