@@ -228,8 +228,8 @@ def test_a_noinline_callee_printed_first_does_not_hide_the_kernel():
 
 def test_a_change_in_the_kernel_or_the_callee_moves_the_fingerprint():
     base, _ = analyze_amdgcn(CALLEE + KERNEL)
-    kernel_edit, _ = analyze_amdgcn(CALLEE + KERNEL.replace("\tv_mov_b32_e32 v0, s2\n",
-                                                            "\tv_mov_b32_e32 v0, s2\n\tglobal_store_dword v[2:3], v0, off\n"))
+    store = "\tv_mov_b32_e32 v0, s2\n\tglobal_store_dword v[2:3], v0, off\n"
+    kernel_edit, _ = analyze_amdgcn(CALLEE + KERNEL.replace("\tv_mov_b32_e32 v0, s2\n", store))
     callee_edit, _ = analyze_amdgcn(CALLEE.replace("v6, off", "v7, off") + KERNEL)
     assert len({base.sha256, kernel_edit.sha256, callee_edit.sha256}) == 3
 
@@ -302,3 +302,11 @@ def test_unterminated_inline_asm_is_a_parse_error_naming_the_line():
     with pytest.raises(ParseError, match="ASMEND") as info:
         parse_stream(broken)
     assert "line " in str(info.value)
+
+
+def test_a_code_object_that_is_not_an_elf_is_a_parse_error_naming_it():
+    from xisa.analyze.codeobject import code_sha256
+
+    for broken in (b"", b"not an elf at all", b"\x7fELF\x02\x01" + b"\0" * 58 + b"\xff" * 64):
+        with pytest.raises(ParseError, match="hsaco"):
+            code_sha256(broken)

@@ -355,7 +355,8 @@ def parse_metadata(asm: str) -> dict[str, Any]:
     except ParseError:
         kernel = None
     symbol = re.escape(kernel) if kernel else r"[\w.$]*"
-    set_line = re.compile(rf"^\.set\s+\.?L?{symbol}\.(num_vgpr|num_agpr|numbered_sgpr|private_seg_size)\s*,\s*(\d+)\s*$")
+    set_line = re.compile(rf"^\.set\s+\.?L?{symbol}\.(num_vgpr|num_agpr|numbered_sgpr|private_seg_size)"
+                          r"\s*,\s*(\d+)\s*$")
     in_meta = False
     in_callee_info = False
     meta_lines: list[str] = []
@@ -444,7 +445,8 @@ def analyze_amdgcn(asm: str, *, lds_bytes: int = 0, code_object: bytes | None = 
     classes = Counter(classify(ins.mnemonic) for ins in stream.instructions())
     text = stream.text()
     analysis = Analysis(
-        isa="amdgcn", sha256=stream.sha256(), instructions=sum(raw.values()), blocks=sum(1 for _ in stream.all_blocks()),
+        isa="amdgcn", sha256=stream.sha256(), instructions=sum(raw.values()),
+        blocks=sum(1 for _ in stream.all_blocks()),
         histogram=raw, base_histogram=base, classes={c: classes.get(c, 0) for c in CLASSES if classes.get(c)},
         resources=resources(asm, lds_bytes=lds_bytes), stream_text=text,
         code_sha256=code_sha256(code_object) if code_object is not None else None, opaque_asm=opaque,
