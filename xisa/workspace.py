@@ -85,14 +85,15 @@ def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root
     if not mismatched:
         return
     (fact, theirs, ours), files = max(mismatched.items(), key=lambda item: len(item[1]))
-    total = sum(len(f) for f in mismatched.values())
+    others = len({f for group in mismatched.values() for f in group} - set(files))
     name = {"triton": "Triton", "amd_codegen": "the AMD codegen revision", "ptxas": "ptxas"}.get(fact, fact)
     fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
            else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
-    raise ToolchainError(f"{total} golden{'s' if total != 1 else ''} of this selection were made with {name} "
-                         f"{theirs} but {ours} is installed: no compile could be compared with them",
-                         path=files[0], field="toolchain", fix=fix)
-
+    count = len(files)
+    raise ToolchainError(f"{count} golden{'s' if count != 1 else ''} of this selection {'were' if count != 1 else 'was'} "
+                         f"made with {name} {theirs} but {ours} is installed"
+                         + (f" ({others} more of yet another toolchain)" if others else "")
+                         + ": no compile could be compared with them", path=files[0], field="toolchain", fix=fix)
 
 @dataclass
 class Run:
