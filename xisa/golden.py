@@ -129,6 +129,26 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
     return Golden(path=path, data=data, stream_text=stream_text)
 
 
+_TOOLCHAIN_BLOCK = re.compile(r"^toolchain:\n((?:  [a-z_]+: .*\n)+)", re.MULTILINE)
+
+
+def read_golden_toolchain(path: Path) -> dict[str, str] | None:
+    """The `toolchain` of a golden, read without parsing the whole file (a check reads it for every cell
+    before compiling, and a full parse of 120 goldens costs more than a warm check); None when the
+    golden cannot be read or has none, which its full read then reports."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    block = _TOOLCHAIN_BLOCK.search(text)
+    try:
+        data = parse_yaml(block.group(0) if block else text, path=str(path), error=GoldenError)
+    except GoldenError:
+        return None
+    toolchain = data.get("toolchain") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in toolchain.items()} if isinstance(toolchain, dict) else None
+
+
 def list_goldens(golden_dir: Path) -> list[tuple[str, str, str]]:
     """(kernel, case, target) of every golden YAML on disk."""
     found = []

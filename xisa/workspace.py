@@ -7,9 +7,9 @@ import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
-from xisa.errors import GoldenError, SpecError, ToolchainError
+from xisa.errors import SpecError, ToolchainError
 from xisa.expect import Failure, evaluate, validate
-from xisa.golden import golden_paths, read_golden
+from xisa.golden import golden_paths, read_golden_toolchain
 from xisa.names import display_path
 from xisa.project import Project, load_project
 from xisa.result import CellResult
@@ -68,14 +68,11 @@ def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root
     installed_by_backend: dict[str, dict[str, str]] = {}
     mismatched: dict[tuple[str, str, str], list[str]] = {}   # (fact, golden's, installed) -> files
     for cell in cells:
-        yaml_path, stream_path = golden_paths(golden_dir, cell.kernel.name, cell.case, cell.target.name)
-        if not yaml_path.is_file():
+        yaml_path, _ = golden_paths(golden_dir, cell.kernel.name, cell.case, cell.target.name)
+        recorded = read_golden_toolchain(yaml_path)
+        if recorded is None:
             continue
         shown = label + display_path(yaml_path, display_root)
-        try:
-            recorded = read_golden(yaml_path, stream_path, display=shown).toolchain
-        except GoldenError:
-            continue
         backend = cell.target.backend
         if backend not in installed_by_backend:
             installed_by_backend[backend] = describe_toolchain(backends={backend})
