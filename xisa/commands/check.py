@@ -177,7 +177,6 @@ def _gate(base: str, *, compile_base: bool, arch, kernel, spec, scope, jobs, tim
     _validate_scopes(scope)
     ws = open_workspace(spec=spec, golden=golden)
     commit = gitrev.resolve(base, ws.project.root)
-    common = dict(selected_targets=None, kernel_filters=kernel, scopes=scope or [])
     with contextlib.ExitStack() as stack:
         base_errors: dict[str, str] = {}
         if compile_base:
@@ -188,11 +187,11 @@ def _gate(base: str, *, compile_base: bool, arch, kernel, spec, scope, jobs, tim
             base_dir = stack.enter_context(gitrev.goldens_at(commit, ws.project.golden_dir))
             run = _run(ws, arch, kernel, jobs, timeout, no_cache,
                        golden_dirs=[(ws.project.golden_dir, ""), (base_dir, f"{base}:")])
-        common["selected_targets"] = {t.name for t in run.targets}
         return judge_against_base(run.results, run.failures, base=base_record(base, commit, compiled=compile_base),
                                   base_dir=base_dir, base_errors=base_errors, head_golden_dir=ws.project.golden_dir,
-                                  display_root=ws.project.root, toolchain=describe_toolchain(backends=run.backends),
-                                  **common)
+                                  display_root=ws.project.root, selected_targets={t.name for t in run.targets},
+                                  kernel_filters=kernel, scopes=scope or [],
+                                  toolchain=describe_toolchain(backends=run.backends))
 
 
 def _compile_base(stack: contextlib.ExitStack, ws, commit: str, *, arch, kernel, jobs, timeout,
