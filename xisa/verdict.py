@@ -70,14 +70,22 @@ class CellVerdict:
     base: Golden | None = None
     delta: Delta | None = None
     expectations: list[Failure] = field(default_factory=list)
+    # Against a base revision (a PR's gate) a new cell or a removed golden is a change like any other,
+    # allowed inside the scope; against a tree's own goldens it is always a regression (bless it).
+    judged_by_scope: bool = False
 
     @property
     def id(self) -> str:
         return f"{self.kernel}:{self.case}@{self.target}"
 
     @property
+    def violates_isolation(self) -> bool:
+        scoped = (CHANGED, NEW, UNUSED) if self.judged_by_scope else (CHANGED,)
+        return self.verdict in scoped and not self.in_scope
+
+    @property
     def is_regression(self) -> bool:
-        if self.verdict == CHANGED:
+        if self.verdict == CHANGED or (self.judged_by_scope and self.verdict in (NEW, UNUSED)):
             return not self.in_scope
         return self.verdict in (NEW, UNUSED, EXPECT_FAILED)
 
@@ -107,16 +115,18 @@ class CheckReport:
     scopes: list[str]
     problems: list[str] = field(default_factory=list)   # whole-run reasons not to trust the result
     shard: tuple[int, int] | None = None
+    base: dict[str, Any] | None = None                  # the revision a PR gate judged against (xisa.gate)
+    stale_goldens: list[CellVerdict] = field(default_factory=list)   # head goldens the head compile disagrees with
 
     @property
     def isolation_violations(self) -> list[CellVerdict]:
-        return [v for v in self.verdicts if v.verdict == CHANGED and not v.in_scope]
+        return [v for v in self.verdicts if v.violates_isolation]
 
     @property
     def exit_code(self) -> int:
-        if self.problems or any(v.verdict == ERROR for v in self.verdicts):
+        if self.problems or any(v.verdict == ERROR for v in (*self.verdicts, *self.stale_goldens)):
             return EXIT_UNTRUSTED
-        if any(v.is_regression for v in self.verdicts):
+        if any(v.is_regression for v in self.verdicts) or self.stale_goldens:
             return EXIT_REGRESSION
         return EXIT_OK
 
@@ -135,6 +145,8 @@ class CheckReport:
             "exit_code": self.exit_code, "counts": self.counts(), "problems": list(self.problems),
             "isolation_violated": [v.id for v in self.isolation_violations],
             "cells": [v.to_json() for v in self.verdicts],
+            **({"base": self.base, "stale_goldens": [v.to_json() for v in self.stale_goldens]}
+               if self.base is not None else {}),
         }
 
 
