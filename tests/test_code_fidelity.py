@@ -235,7 +235,7 @@ def test_code_bytes_changed_under_an_unchanged_stream_is_a_change(tmp_path):
                           analysis=replace(analysis, code_sha256=code))
 
     golden_dir = tmp_path / "golden"
-    yaml_text, stream_text = render_golden(result("a" * 64), toolchain={"triton": "x"}, command="test",
+    yaml_text, stream_text = render_golden(result("a" * 64), toolchain={"triton": "x"},
                                            stream_file=True)
     write_golden(*golden_paths(golden_dir, "k", "c", "gfx942"), yaml_text, stream_text)
 
