@@ -153,3 +153,160 @@ def test_dual_issue_pairs_show_both_halves_and_count_once():
     from xisa.expect import measure
 
     assert measure("*v_dual_and_b32*", analysis) == 1 and measure("v_dual_mov*", analysis) == 1
+
+
+# --- every function of the code object (issue 11 item 1) -----------------------------------------
+# LLVM prints a noinline callee before the kernel; the kernel is the function with `.amdhsa_kernel`.
+CALLEE = """\
+\t.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
+\t.text
+\t.type\thelper,@function
+helper:                                 ; @helper
+\ts_waitcnt vmcnt(0) expcnt(0) lgkmcnt(0)
+\tv_cmp_lt_i32_e32 vcc, v4, v5
+\ts_cbranch_execz .LBB0_2
+; %bb.1:
+\tglobal_store_dword v[0:1], v6, off
+.LBB0_2:
+\ts_setpc_b64 s[30:31]
+.Lfunc_end0:
+\t.set .Lhelper.num_vgpr, 7
+\t.set .Lhelper.numbered_sgpr, 32
+; Function info:
+; TotalNumSgprs: 36
+; NumVgprs: 7
+; ScratchSize: 0
+"""
+KERNEL = """\
+\t.text
+\t.type\tk,@function
+k:                                      ; @k
+\ts_load_dwordx2 s[2:3], s[0:1], 0x0
+\ts_waitcnt lgkmcnt(0)
+\ts_branch .LBB1_0
+.LBB1_0:
+\ts_getpc_b64 s[0:1]
+\ts_add_u32 s0, s0, helper@rel32@lo+4
+\tv_mov_b32_e32 v0, s2
+\ts_swappc_b64 s[30:31], s[0:1]
+\ts_endpgm
+.Lfunc_end1:
+\t.amdhsa_kernel k
+\t\t.amdhsa_next_free_vgpr 40
+\t\t.amdhsa_next_free_sgpr 38
+\t.end_amdhsa_kernel
+\t.set .Lk.num_vgpr, max(40, .Lhelper.num_vgpr)
+\t.set .Lk.numbered_sgpr, max(33, .Lhelper.numbered_sgpr)
+; Kernel info:
+; TotalNumSgprs: 38
+; NumVgprs: 40
+; NumAgprs: 0
+; Occupancy: 8
+"""
+
+
+def _instruction_lines(asm: str) -> int:
+    """An independent count: tab-indented lines that start with a lower-case mnemonic."""
+    import re
+
+    return sum(1 for line in asm.splitlines() if re.match(r"^\t[a-z][a-z0-9_]*(\s|$)", line))
+
+
+def test_a_noinline_callee_printed_first_does_not_hide_the_kernel():
+    name, stream = parse_stream(CALLEE + KERNEL)
+    assert name == "k"
+    kernel_only, _ = analyze_amdgcn(KERNEL)
+    both, _ = analyze_amdgcn(CALLEE + KERNEL)
+    # the kernel first, written as it would be alone, so kernels without callees keep their fingerprint
+    head, callee = both.stream_text.split("function helper:\n")
+    assert head == kernel_only.stream_text
+    assert "s_cbranch_execz bb2" in callee and "global_store_dword v[0:1], v6, off" in callee
+    assert both.instructions == _instruction_lines(CALLEE + KERNEL) == sum(both.histogram.values())
+    assert both.histogram["s_setpc_b64"] == 1 and both.histogram["s_endpgm"] == 1
+    assert both.blocks == len(list(stream.all_blocks()))
+
+
+def test_a_change_in_the_kernel_or_the_callee_moves_the_fingerprint():
+    base, _ = analyze_amdgcn(CALLEE + KERNEL)
+    store = "\tv_mov_b32_e32 v0, s2\n\tglobal_store_dword v[2:3], v0, off\n"
+    kernel_edit, _ = analyze_amdgcn(CALLEE + KERNEL.replace("\tv_mov_b32_e32 v0, s2\n", store))
+    callee_edit, _ = analyze_amdgcn(CALLEE.replace("v6, off", "v7, off") + KERNEL)
+    assert len({base.sha256, kernel_edit.sha256, callee_edit.sha256}) == 3
+
+
+def test_resources_are_the_kernels_with_the_callee_folded_in_not_the_callees():
+    res = resources(CALLEE + KERNEL, lds_bytes=0)
+    assert res["vgprs"] == 40 and res["sgprs"] == 38 and res["llvm_occupancy"] == 8
+
+
+def test_two_kernels_in_one_code_object_is_a_parse_error():
+    second = (KERNEL.replace("\tk,@function", "\tk2,@function").replace("\nk:", "\nk2:")
+              .replace(".amdhsa_kernel k\n", ".amdhsa_kernel k2\n").replace(".Lfunc_end1", ".Lfunc_end2"))
+    with pytest.raises(ParseError, match="more than one kernel"):
+        parse_stream(KERNEL + second)
+
+
+# --- inline asm: directives are assembled after printing (issue 11 item 4) -------------------------
+def _with_asm(*body: str) -> str:
+    asm = "\t;;#ASMSTART\n" + "".join(f"{line}\n" for line in body) + "\t;;#ASMEND\n"
+    return SNIPPET.replace("\tv_and_b32_e32 v1, 63,   v0\n", "\tv_and_b32_e32 v1, 63,   v0\n" + asm)
+
+
+def test_data_directives_in_inline_asm_are_stream_entries():
+    a, _ = analyze_amdgcn(_with_asm("\tv_mov_b32 v1, v1", ".long 0xbf800007"))
+    b, _ = analyze_amdgcn(_with_asm("\tv_mov_b32 v1, v1", ".long 0xbf810000"))
+    assert a.histogram[".long"] == 1 and a.classes["data"] == 1 and ".long 0xbf800007" in a.stream_text
+    assert a.sha256 != b.sha256 and a.opaque_asm == []
+
+
+def test_rept_with_a_literal_count_is_unrolled():
+    a, _ = analyze_amdgcn(_with_asm(".rept 64", "s_nop 0", ".endr"))
+    b, _ = analyze_amdgcn(_with_asm(".rept 2", "s_nop 0", ".endr"))
+    plain, _ = analyze_amdgcn(SNIPPET)
+    assert a.histogram["s_nop"] == 64 and b.histogram["s_nop"] == 2
+    assert a.instructions == plain.instructions + 64 and a.sha256 != b.sha256
+    nested, _ = analyze_amdgcn(_with_asm(".rept 3", ".rept 0x2", "s_nop 1", ".endr", ".endr"))
+    assert nested.histogram["s_nop"] == 6
+
+
+def test_literal_conditionals_are_decided():
+    plain, _ = analyze_amdgcn(SNIPPET)
+    skipped, _ = analyze_amdgcn(_with_asm(".if 0", "v_add_u32 v1, v1, v1", ".endif"))
+    other_body, _ = analyze_amdgcn(_with_asm(".if 0", "v_sub_u32 v1, v1, v1", ".endif"))
+    assert skipped.sha256 == other_body.sha256 == plain.sha256       # the assembler never sees the body
+    taken, _ = analyze_amdgcn(_with_asm(".if 1", "s_nop 1", ".else", "s_nop 2", ".endif"))
+    assert "s_nop 1" in taken.stream_text and "s_nop 2" not in taken.stream_text
+    zero, _ = analyze_amdgcn(_with_asm(".ifeq 0", "s_nop 3", ".else", "s_nop 4", ".endif"))
+    assert "s_nop 3" in zero.stream_text and "s_nop 4" not in zero.stream_text
+
+
+@pytest.mark.parametrize("body,directive", [
+    ((".ifdef FOO", "s_nop 5", ".endif"), ".ifdef"),
+    ((".if FOO - 1", "s_nop 5", ".endif"), ".if"),
+    ((".rept N", "s_nop 5", ".endr"), ".rept"),
+    ((".rept 100000000", "s_nop 5", ".endr"), ".rept"),       # bounded: not unrolled
+    ((".macro m", "s_nop 5", ".endm"), ".macro"),
+    ((".p2align 8",), ".p2align"),
+])
+def test_undecidable_directives_stay_verbatim_and_mark_the_cell(body, directive):
+    analysis, _ = analyze_amdgcn(_with_asm(*body))
+    assert directive in analysis.opaque_asm
+    assert analysis.to_record()["opaque_asm"] == analysis.opaque_asm
+    changed, _ = analyze_amdgcn(_with_asm(*(line.replace("5", "6") for line in body)))
+    if any("5" in line for line in body):
+        assert changed.sha256 != analysis.sha256                  # kept verbatim: an edit still shows
+
+
+def test_unterminated_inline_asm_is_a_parse_error_naming_the_line():
+    broken = SNIPPET.replace("\ts_endpgm\n", "\t;;#ASMSTART\n\ts_endpgm\n")
+    with pytest.raises(ParseError, match="ASMEND") as info:
+        parse_stream(broken)
+    assert "line " in str(info.value)
+
+
+def test_a_code_object_that_is_not_an_elf_is_a_parse_error_naming_it():
+    from xisa.analyze.codeobject import code_sha256
+
+    for broken in (b"", b"not an elf at all", b"\x7fELF\x02\x01" + b"\0" * 58 + b"\xff" * 64):
+        with pytest.raises(ParseError, match="hsaco"):
+            code_sha256(broken)

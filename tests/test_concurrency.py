@@ -128,7 +128,8 @@ def test_a_second_bless_gives_up_after_the_lock_timeout(run_xisa, tinyproj):
     assert out.code == 2 and "Traceback" not in out.err
     lines = [line for line in out.err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("xisa: error: ")
-    assert "another xisa bless holds .xisa.lock for more than 1 s" in lines[0] and "fix: wait for it" in lines[0]
+    assert "golden: another xisa bless is writing this golden folder for more than 1 s" in lines[0]
+    assert "fix: wait for it" in lines[0]
     assert time.monotonic() - started >= 1
     assert _goldens(tinyproj) == before
 
@@ -164,7 +165,8 @@ def test_lock_timeout_in_process(tmp_path):
             with golden_lock(tmp_path / "golden", timeout=0.3):
                 pass
         assert time.monotonic() - started >= 0.3
-    assert info.value.exit_code == 2 and ".xisa.lock" in str(info.value)
+    assert info.value.exit_code == 2 and "another xisa bless is writing this golden folder" in str(info.value)
+    assert list((tmp_path / "golden").iterdir()) == []      # the lock is the folder: no file to commit
     with golden_lock(tmp_path / "golden", timeout=0.3):     # released: free again
         pass
 

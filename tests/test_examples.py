@@ -16,7 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / "examples" / "github-actions" / "xisa.yml"
-HOOKS = REPO / "examples" / "pre-commit" / ".pre-commit-hooks.yaml"
+HOOKS = REPO / ".pre-commit-hooks.yaml"          # at the root: the repository is a pre-commit hook repo
 HOOKS_README = REPO / "examples" / "pre-commit" / "README.md"
 
 
@@ -72,39 +72,114 @@ def _workflow_scripts(workflow) -> list[str]:
     return [step["run"] for job in workflow["jobs"].values() for step in job.get("steps", []) if "run" in step]
 
 
+def _steps(job) -> list[dict]:
+    return job.get("steps", [])
+
+
+def _step(job, name_start: str) -> dict:
+    return next(step for step in _steps(job) if step.get("name", "").startswith(name_start))
+
+
 def test_workflow_structure():
     wf = _load(WORKFLOW)
     on = wf.get("on", wf.get(True))                      # YAML 1.1 reads a bare `on` as true
-    assert isinstance(on, dict) and "pull_request" in on
+    assert isinstance(on, dict) and "pull_request" in on and "edited" in on["pull_request"]["types"]
     jobs = wf["jobs"]
-    assert {"check", "merge", "comment"} <= set(jobs)
+    assert set(jobs) == {"check", "gate"}
     shards = jobs["check"]["strategy"]["matrix"]["shard"]
     assert shards == list(range(1, len(shards) + 1)) and len(shards) > 1
     assert int(wf["env"]["SHARDS"]) == len(shards)
-    assert jobs["merge"]["needs"] == "check" and jobs["merge"]["if"] == "always()"
-    assert jobs["comment"]["permissions"]["pull-requests"] == "write"
-    uses = [step.get("uses", "") for job in jobs.values() for step in job["steps"]]
-    assert any(u.startswith("actions/upload-artifact@") for u in uses)
-    assert any(u.startswith("actions/download-artifact@") for u in uses)
+    gate = jobs["gate"]
+    assert gate["needs"] == "check" and gate["if"] == "always()"
+    assert gate["permissions"]["pull-requests"] == "write"
+    checkout = next(s for s in _steps(gate) if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0        # the base branch must be there to read its goldens
+    assert gate["env"]["BASE_REF"] == "${{ github.base_ref }}"
+    assert 'xisa diff --base "origin/$BASE_REF" "${scope_args[@]}" --format markdown' in _step(gate, "Gate")["run"]
+    assert _step(gate, "Verdict")["run"] == 'exit "$CODE"'
+    assert _step(gate, "Post or update")["if"] == "always()"
     scripts = "\n".join(_workflow_scripts(wf))
-    assert "--shard ${{ matrix.shard }}/${{ env.SHARDS }} --format json --output shard-${{ matrix.shard }}.json" \
-        in scripts
-    assert "xisa merge shard-*.json" in scripts
-    assert "xisa diff --base origin/${{ github.base_ref }} --format markdown" in scripts
-    assert "gh pr comment" in scripts
+    assert 'xisa check --shard "${{ matrix.shard }}/${SHARDS}"' in scripts and "gh pr comment" in scripts
+    downloads = [s for s in _steps(gate) if s.get("uses", "").startswith("actions/download-artifact@")]
+    uploads = [s for s in _steps(jobs["check"]) if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert ".xisa-cache/results" in uploads[0]["with"]["path"] and downloads[0]["with"]["merge-multiple"] is True
+
+
+def test_workflow_installs_xisa_and_the_goldens_toolchain_pinned():
+    """Not `pip install -e .` (in a user's repository that is their project, and it let pip pick Triton 3.9
+    while the goldens are 3.8): xisa, the goldens' Triton and a CPU torch, each pinned."""
+    from xisa.toolchain import GOLDEN_TRITON
+
+    wf = _load(WORKFLOW)
+    assert wf["env"]["TRITON_VERSION"] == GOLDEN_TRITON and re.fullmatch(r"\d+\.\d+\.\d+", wf["env"]["TORCH_VERSION"])
+    assert wf["env"]["XISA_REQUIREMENT"].startswith("xisa")
+    for job in wf["jobs"].values():
+        install = _step(job, "Install")["run"]
+        lines = [line for line in install.splitlines() if line.strip()]
+        assert all(line.startswith("pip install ") for line in lines) and " -e" not in install and " . " not in install
+        assert "download.pytorch.org/whl/cpu" in lines[0]
+        words = [w.strip('"') for line in lines for w in shlex.split(line)]
+        packages = [w for w in words if w.startswith(("torch", "triton"))]
+        assert set(packages) == {"torch==${TORCH_VERSION}", "triton==${TRITON_VERSION}"}, packages
+        assert "${XISA_REQUIREMENT}" in words
+
+
+def _run_gate_step(tmp_path: Path, body: str, code: int) -> tuple[dict[str, list[str]], str, Path]:
+    """Run the gate step's own shell script, as the runner would, with a stub `xisa` that records its arguments."""
+    script = _step(_load(WORKFLOW)["jobs"]["gate"], "Gate")["run"]
+    stub_dir = tmp_path / "bin"
+    stub_dir.mkdir()
+    stub = stub_dir / "xisa"
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$STUB_RECORD/$1"\n'
+                    'if [ "$1" = diff ] && [ "$STUB_CODE" != 2 ]; then echo "### report" > xisa-diff.md; fi\n'
+                    'if [ "$1" = diff ]; then echo "xisa: error: stub says no" >&2; exit "$STUB_CODE"; fi\n')
+    stub.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "gfx11-a-file").write_text("")         # a glob the shell must not expand
+    output = tmp_path / "github_output"
+    env = {"PATH": f"{stub_dir}:{os.environ['PATH']}", "PR_BODY": body, "BASE_REF": "main",
+           "GITHUB_OUTPUT": str(output), "STUB_RECORD": str(tmp_path), "STUB_CODE": str(code)}
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    calls = {name: (tmp_path / name).read_text().splitlines() for name in ("diff", "report")
+             if (tmp_path / name).exists()}
+    return calls, output.read_text(), work
+
+
+def test_gate_step_passes_the_declared_scopes_and_the_base_ref(tmp_path):
+    body = ("Tune the gfx11 decode path.\r\n\r\nxisa-scope: gfx11*\r\nxisa-scope:   gfx942:sparse_mla\r\n"
+            "not a scope: sm_90\r\nxisa-scope: $(touch pwned)\r\n")
+    calls, output, work = _run_gate_step(tmp_path, body, code=1)
+    scopes = ["--scope", "gfx11*", "--scope", "gfx942:sparse_mla", "--scope", "$(touch", "--scope", "pwned)"]
+    assert calls["diff"] == ["diff", "--base", "origin/main", *scopes, "--format", "markdown", "--output",
+                             "xisa-diff.md"]
+    assert calls["report"][:3] == ["report", "--html", "xisa-report.html"] and calls["report"][5:-1] == scopes
+    assert output == "code=1\n" and not (work / "pwned").exists()     # the PR body is data, never run
+
+
+def test_gate_step_without_a_scope_and_when_the_gate_cannot_judge(tmp_path):
+    calls, output, work = _run_gate_step(tmp_path, "no scope declared", code=2)
+    assert calls["diff"] == ["diff", "--base", "origin/main", "--format", "markdown", "--output", "xisa-diff.md"]
+    assert output == "code=2\n"
+    comment = (work / "xisa-diff.md").read_text()
+    assert "could not judge this PR (exit 2)" in comment and "xisa: error: stub says no" in comment
 
 
 def test_pre_commit_hook_structure():
     hooks = _load(HOOKS)
     assert isinstance(hooks, list) and len(hooks) == 1
+    assert not list((REPO / "examples").rglob(".pre-commit-hooks.yaml"))    # one home: the root
     hook = hooks[0]
     assert hook["id"] == "xisa-check" and hook["entry"] == "xisa check --quiet"
     assert hook["pass_filenames"] is False and hook["language"] == "system"
     pattern = re.compile(hook["files"])
     assert all(pattern.search(p) for p in ("kernels/gemm.yaml", "golden/gemm/f16/gfx942.isa", "targets/gfx942.yaml"))
     assert not pattern.search("README.md") and not pattern.search("src/kernels/x.py")
-    snippet = re.search(r"```yaml\n(.*?)```", HOOKS_README.read_text(), re.S).group(1)
-    local = yaml.safe_load(snippet)["repos"][0]
+    remote, local = (yaml.safe_load(block)["repos"][0]
+                     for block in re.findall(r"```yaml\n(.*?)```", HOOKS_README.read_text(), re.S))
+    assert remote["repo"] != "local" and remote["hooks"] == [{"id": "xisa-check"}]
     assert local["repo"] == "local"
     assert {k: v for k, v in local["hooks"][0].items()} == {k: hook[k] for k in local["hooks"][0]}
 
@@ -121,7 +196,7 @@ def _all_commands() -> list[list[str]]:
 def test_every_xisa_command_in_the_examples_exists_with_its_flags():
     commands = _all_commands()
     subcommands = {c[1] for c in commands}
-    assert {"check", "merge", "diff", "report", "doctor", "bless"} <= subcommands, subcommands
+    assert {"check", "diff", "report", "doctor", "bless"} <= subcommands, subcommands
     problems = [p for c in commands for p in validate(c)]
     assert problems == []
 

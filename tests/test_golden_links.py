@@ -50,9 +50,9 @@ def _plant(how: str, golden_dir: Path, outside: Path) -> Path:
     elif how == "pending-file":          # recovery would rename the link into place as the golden
         link = golden_dir / "scale" / "small" / "gfx942.yaml.pending"
         link.symlink_to(outside / "small" / "gfx942.yaml")
-    elif how == "lock-file":             # opening the lock would create a file outside
+    elif how == "lock-file":             # the old lock file's name: opening or removing it would reach outside
         link = golden_dir / ".xisa.lock"
-        link.unlink()
+        link.unlink(missing_ok=True)
         link.symlink_to(outside / "created-by-xisa.lock")
     elif how == "golden-folder":         # the golden folder itself
         shutil.move(golden_dir, outside / "golden")

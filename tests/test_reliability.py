@@ -336,7 +336,7 @@ def _write_sample_golden(golden_dir: Path, **kw) -> tuple[Path, Path]:
     from xisa.golden import write_golden
 
     result = _sample_result(**kw)
-    yaml_text, stream_text = render_golden(result, toolchain={"triton": "3.8.0"}, command="xisa bless",
+    yaml_text, stream_text = render_golden(result, toolchain={"triton": "3.8.0"},
                                            stream_file=True)
     paths = golden_paths(golden_dir, result.kernel, result.case, result.target)
     write_golden(*paths, yaml_text, stream_text)
@@ -405,11 +405,6 @@ def damaged_check(tmp_path_factory, shared_cache):
             ("scale", "big", "gfx1100"): "not-utf8"}
     for key, how in plan.items():
         _damage(*golden_paths(golden, *key), how)
-    toolchain_file, _ = golden_paths(golden, "dot", "f16_32", "gfx942")
-    text = toolchain_file.read_text()
-    import triton
-
-    toolchain_file.write_text(text.replace(f"triton: {triton.__version__}", "triton: 3.6.0"))
     before = snapshot(project)
     out = _xisa("check", "--format", "json", cwd=project, cache=shared_cache)
     return plan, out, before, snapshot(project)
@@ -426,16 +421,23 @@ def test_check_reports_a_damaged_golden_and_never_rewrites_it(damaged_check, how
     assert after == before
 
 
-def test_check_refuses_goldens_of_another_toolchain(damaged_check):
-    _, out, before, after = damaged_check
-    report = json.loads(out.out)
-    assert out.code == 2
+def test_check_refuses_goldens_of_another_toolchain(tmp_path, shared_cache):
+    """One golden of another Triton: one line, exit 2, before any compile (the goldens say it already)."""
     import triton
 
-    problem = next(p for p in report["problems"] if "Triton 3.6.0" in p)
-    assert f"Triton {triton.__version__} is installed" in problem and "golden/dot/f16_32/gfx942.yaml" in problem
-    assert "fix: install triton==3.6.0 or re-bless" in problem
-    assert after == before
+    project = tmp_path / "proj"
+    shutil.copytree(FIXTURES / "tinyproj", project)
+    assert _xisa("bless", cwd=project, cache=shared_cache).code == 0
+    toolchain_file, _ = golden_paths(project / "golden", "dot", "f16_32", "gfx942")
+    toolchain_file.write_text(toolchain_file.read_text().replace(f"triton: {triton.__version__}", "triton: 3.6.0"))
+    before = snapshot(project)
+    cold = tmp_path / "cold-cache"
+    out = _xisa("check", "--format", "json", cwd=project, cache=cold)
+    assert_one_line_error(out, "golden/dot/f16_32/gfx942.yaml: toolchain",
+                          f"made with Triton 3.6.0 but {triton.__version__} is installed",
+                          "fix: pip install triton==3.6.0, or re-bless")
+    assert out.out == "" and not (cold / "results").exists()        # nothing was compiled
+    assert snapshot(project) == before
 
 
 # --- 5. bless cannot write: a non-folder golden path, a full disk ------------------------------------
@@ -466,7 +468,7 @@ def test_bless_into_a_read_only_golden_folder(run_xisa, tinyproj):
 
 def _bless(results: list[CellResult], golden_dir: Path):
     return bless_module.bless(results, golden_dir=golden_dir, display_root=golden_dir.parent,
-                              toolchain={"triton": "3.8.0"}, command="xisa bless", stream_files=True,
+                              toolchains={r.target: {"triton": "3.8.0"} for r in results}, stream_files=True,
                               selected_targets={r.target for r in results}, kernel_filters=None)
 
 
@@ -487,7 +489,7 @@ def _old_goldens(tmp_path: Path, monkeypatch) -> tuple[Path, dict[str, bytes]]:
 def _assert_old_or_new(golden_dir: Path, old: dict[str, bytes]) -> tuple[int, int]:
     new_texts = {}
     for result in _new_results():
-        yaml_text, stream_text = render_golden(result, toolchain={"triton": "3.8.0"}, command="xisa bless",
+        yaml_text, stream_text = render_golden(result, toolchain={"triton": "3.8.0"},
                                                stream_file=True)
         yaml_path, stream_path = golden_paths(golden_dir, result.kernel, result.case, result.target)
         new_texts[str(yaml_path.relative_to(golden_dir))] = yaml_text.encode()
@@ -496,8 +498,6 @@ def _assert_old_or_new(golden_dir: Path, old: dict[str, bytes]) -> tuple[int, in
     assert set(now) == set(old), "a temp, pending or missing file"
     n_old = n_new = 0
     for name, data in now.items():
-        if name == ".xisa.lock":
-            continue
         assert data in (old[name], new_texts[name]), name
         n_old += data == old[name]
         n_new += data == new_texts[name]
@@ -652,7 +652,7 @@ def test_bless_never_writes_outside_the_golden_folder(tmp_path, monkeypatch):
     result = _sample_result(kernel="..", case="escape", target="gfx942")
     with pytest.raises(XisaError):
         _bless([result], tmp_path / "golden")
-    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [".xisa.lock"]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == []
 
 
 def test_refused_environment_variables():

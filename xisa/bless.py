@@ -7,11 +7,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xisa.errors import UsageError
+from xisa.errors import GoldenError, UsageError
 from xisa.golden import (golden_lock, golden_paths, list_goldens, read_golden, recover_pending, remove_golden,
                          render_golden, write_golden)
 from xisa.result import CellResult
-from xisa.errors import GoldenError
 from xisa.names import display_path
 from xisa.verdict import matches_filters
 
@@ -32,15 +31,17 @@ def refuse_in_ci(environ: dict[str, str] | None = None) -> None:
                          field="CI", fix="run `xisa bless` locally and commit the goldens")
 
 
-def _same_content(existing: str, new: str) -> bool:
-    """Equal but for the `generated_by` line, which names the command and should not churn a diff."""
-    strip = lambda text: "\n".join(l for l in text.splitlines() if not l.startswith("generated_by:"))  # noqa: E731
-    return strip(existing) == strip(new)
+# Older xisa kept its lock as a file in the golden folder, where it got committed; the lock is now
+# the folder itself, so a leftover file of that name is removed by the next bless.
+OLD_LOCK_FILE = ".xisa.lock"
 
 
-def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, toolchain: dict[str, str],
-          command: str, stream_files: bool, selected_targets: set[str], kernel_filters: list[str] | None,
+def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, toolchains: dict[str, dict[str, str]],
+          stream_files: bool, selected_targets: set[str], kernel_filters: list[str] | None,
           lock_timeout: float = 30.0) -> BlessOutcome:
+    """Write the goldens of `results`. `toolchains` maps each target to the toolchain facts of its backend
+    (`describe_toolchain(backends={backend})`): a golden records those and nothing about the command or
+    the other targets blessed with it, so an unchanged cell is never rewritten."""
     refuse_in_ci()
     outcome = BlessOutcome()
 
@@ -48,7 +49,7 @@ def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, to
         return display_path(path, display_root)
 
     try:
-        _bless_locked(results, outcome, show, golden_dir=golden_dir, toolchain=toolchain, command=command,
+        _bless_locked(results, outcome, show, golden_dir=golden_dir, toolchains=toolchains,
                       stream_files=stream_files, selected_targets=selected_targets, kernel_filters=kernel_filters,
                       lock_timeout=lock_timeout)
     except OSError as exc:  # a full disk, a read-only or non-folder golden path: every golden stays old or new
@@ -62,10 +63,14 @@ def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, to
 
 
 def _bless_locked(results: list[CellResult], outcome: BlessOutcome, show, *, golden_dir: Path,
-                  toolchain: dict[str, str], command: str, stream_files: bool, selected_targets: set[str],
+                  toolchains: dict[str, dict[str, str]], stream_files: bool, selected_targets: set[str],
                   kernel_filters: list[str] | None, lock_timeout: float) -> None:
     with golden_lock(golden_dir, timeout=lock_timeout):
         outcome.recovered = [show(p) for p in recover_pending(golden_dir)]
+        old_lock = golden_dir / OLD_LOCK_FILE
+        if old_lock.is_file() and not old_lock.is_symlink():
+            old_lock.unlink()
+            outcome.removed.append(show(old_lock))
         seen = set()
         for result in results:
             key = (result.kernel, result.case, result.target)
@@ -74,13 +79,14 @@ def _bless_locked(results: list[CellResult], outcome: BlessOutcome, show, *, gol
                 outcome.skipped_errors.append(result.id)
                 continue
             yaml_path, stream_path = golden_paths(golden_dir, *key)
-            yaml_text, stream_text = render_golden(result, toolchain=toolchain, command=command,
+            yaml_text, stream_text = render_golden(result, toolchain=toolchains[result.target],
                                                    stream_file=stream_files)
             if yaml_path.exists():
                 try:
                     current = yaml_path.read_text(encoding="utf-8")
                     read_golden(yaml_path, stream_path, display=show(yaml_path))  # corrupt ones get rewritten
-                    if _same_content(current, yaml_text) and (stream_text is not None) == stream_path.exists():
+                    # Byte for byte: a golden in an older layout (with the bless command) is rewritten once.
+                    if current == yaml_text and (stream_text is not None) == stream_path.exists():
                         outcome.unchanged.append(show(yaml_path))
                         continue
                 except (OSError, GoldenError):

@@ -60,7 +60,7 @@ def analyze_compiled(cell: Cell, compiled, options):
     shared = int(getattr(compiled.metadata, "shared", 0) or 0)
     num_warps = int(getattr(options, "num_warps", 4))
     if target.is_amd:
-        analysis, _ = analyze_amdgcn(compiled.asm["amdgcn"], lds_bytes=shared)
+        analysis, _ = analyze_amdgcn(compiled.asm["amdgcn"], lds_bytes=shared, code_object=compiled.asm["hsaco"])
         res = analysis.resources
         res["occupancy"] = amd_waves_per_simd(target, vgprs=res["vgprs"], agprs=res["agprs"], sgprs=res["sgprs"],
                                               lds_bytes=res["lds_bytes"], num_warps=num_warps)

@@ -30,7 +30,9 @@ from xisa.result import CellResult
 from xisa.yamlio import dump_yaml, parse_yaml
 
 FORMAT = "xisa-golden/1"
-_REQUIRED = {"format": str, "generated_by": str, "toolchain": dict, "kernel": str, "case": str, "target": str,
+# `generated_by` (the bless command) is no longer written: a golden is a function of its cell's result
+# alone. Goldens that still carry it are read as before.
+_REQUIRED = {"format": str, "toolchain": dict, "kernel": str, "case": str, "target": str,
              "binding": dict, "options": dict, "sha256": str, "instructions": int, "blocks": int, "isa": str,
              "histogram": dict, "base_histogram": dict, "classes": dict, "resources": dict}
 _CONFLICT = re.compile(r"^(<{7}|={7}|>{7})( |$)", re.MULTILINE)
@@ -83,12 +85,14 @@ def _pending(yaml_path: Path) -> Path:
     return yaml_path.with_name(yaml_path.name + PENDING_SUFFIX)
 
 
-def render_golden(result: CellResult, *, toolchain: dict[str, str], command: str, stream_file: bool) -> tuple[str, str | None]:
+def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file: bool) -> tuple[str, str | None]:
+    """The golden's text: a function of the cell's result and the toolchain facts of its backend only
+    (`describe_toolchain(backends={backend})`), so re-blessing an unchanged cell changes no byte."""
     analysis = result.analysis
     assert analysis is not None
     record = analysis.to_record()
     data = {
-        "format": FORMAT, "generated_by": command, "toolchain": dict(toolchain),
+        "format": FORMAT, "toolchain": dict(toolchain),
         "kernel": result.kernel, "case": result.case, "target": result.target,
         "binding": result.binding, "options": result.options, **record,
         "stream": f"{result.target}.isa" if stream_file else None,
@@ -134,6 +138,13 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
                               field=key, fix="restore it from git or re-bless")
     if not re.fullmatch(r"[0-9a-f]{64}", data["sha256"]):
         raise GoldenError("not a SHA-256", path=display, field="sha256")
+    # Absent in goldens of analyzer 1: `check` reports those as made by another analyzer.
+    if data.get("code_sha256") is not None and not re.fullmatch(r"[0-9a-f]{64}", str(data["code_sha256"])):
+        raise GoldenError("not a SHA-256", path=display, field="code_sha256")
+    analyzer = data.get("analyzer", 1)
+    if not isinstance(analyzer, int) or isinstance(analyzer, bool) or analyzer < 1:
+        raise GoldenError("not a positive integer (hand-edited?)", path=display, field="analyzer",
+                          fix="restore it from git or re-bless")
     if sum(v for v in data["histogram"].values() if isinstance(v, int)) != data["instructions"]:
         raise GoldenError("histogram does not add up to `instructions` (hand-edited?)", path=display,
                           field="histogram", fix="restore it from git or re-bless")
@@ -151,6 +162,26 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
             raise GoldenError(f"stream file disagrees with the SHA-256 in {Path(display).name}", path=stream_display,
                               fix="restore both files from git or re-bless")
     return Golden(path=path, data=data, stream_text=stream_text)
+
+
+_TOOLCHAIN_BLOCK = re.compile(r"^toolchain:\n((?:  [a-z_]+: .*\n)+)", re.MULTILINE)
+
+
+def read_golden_toolchain(path: Path) -> dict[str, str] | None:
+    """The `toolchain` of a golden, read without parsing the whole file (a check reads it for every cell
+    before compiling, and a full parse of 120 goldens costs more than a warm check); None when the
+    golden cannot be read or has none, which its full read then reports."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    block = _TOOLCHAIN_BLOCK.search(text)
+    try:
+        data = parse_yaml(block.group(0) if block else text, path=str(path), error=GoldenError)
+    except GoldenError:
+        return None
+    toolchain = data.get("toolchain") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in toolchain.items()} if isinstance(toolchain, dict) else None
 
 
 def _golden_files(golden_dir: Path) -> Iterator[Path]:
@@ -285,27 +316,28 @@ def _fsync_dir(folder: Path) -> None:
 
 @contextlib.contextmanager
 def golden_lock(golden_dir: Path, *, timeout: float = 30.0) -> Iterator[None]:
-    """Serialize writers of one golden folder (two `bless` runs at once)."""
+    """Serialize writers of one golden folder (two `bless` runs at once).
+
+    The lock is the folder itself (flock on its descriptor), not a file inside it, so nothing that
+    could be committed is ever left in the golden folder, and two checkouts never share a lock."""
     refuse_link(golden_dir)
     golden_dir.mkdir(parents=True, exist_ok=True)
-    lock_path = golden_dir / ".xisa.lock"
-    refuse_link(lock_path)
-    handle = open(lock_path, "a+", opener=_no_follow)
+    fd = os.open(golden_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     deadline = time.monotonic() + timeout
     try:
         while True:
             try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
                 if time.monotonic() >= deadline:
-                    raise LockError(f"another xisa bless holds {lock_path.name} for more than {timeout:g} s",
+                    raise LockError(f"another xisa bless is writing this golden folder for more than {timeout:g} s",
                                     path=str(golden_dir), fix="wait for it to finish, or stop it") from None
                 time.sleep(0.1)
         yield
     finally:
         with contextlib.suppress(OSError):
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        handle.close()
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

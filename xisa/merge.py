@@ -149,6 +149,7 @@ def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
     message = _field(cell, "message", (str,), where)
     _field(cell, "golden", (str,), where)
     head, base = _sha256(cell, "head_sha256", where), _sha256(cell, "base_sha256", where)
+    head_code, base_code = _sha256(cell, "head_code_sha256", where), _sha256(cell, "base_code_sha256", where)
     head_instructions = _field(cell, "head_instructions", (int,), where, optional=True)
     base_instructions = _field(cell, "base_instructions", (int,), where, optional=True)
     head_resources = _field(cell, "head_resources", (dict,), where, optional=True)
@@ -166,8 +167,8 @@ def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
     elif verdict in (SAME, CHANGED) and None in has_base:
         problem = "has no golden fingerprint, instructions or resources"
     elif verdict in (SAME, CHANGED):
-        differs = head != base or any(head_resources.get(key) != base_resources.get(key)
-                                      for key in RESOURCE_DELTA_KEYS)
+        differs = head != base or head_code != base_code or any(
+            head_resources.get(key) != base_resources.get(key) for key in RESOURCE_DELTA_KEYS)
         if differs != (verdict == CHANGED):
             problem = "disagrees with the fingerprints and resources" + (" (they differ)" if differs else
                                                                          " (they are equal)")
@@ -177,8 +178,6 @@ def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
         problem = "has a golden"
     elif verdict == UNUSED and any(value is not None for value in (*has_head, *has_base)):
         problem = "has a head or golden fingerprint (an unused golden has no cell)"
-    elif verdict == ERROR and not message:
-        problem = "has no message"
     if problem is None and (verdict == EXPECT_FAILED) != bool(expectations):
         problem = "disagrees with its failed expectations"
     if problem is not None:

@@ -86,8 +86,8 @@ class XisaCellItem(pytest.Item):
         if config.getoption("xisa_update"):
             if not result.ok:
                 raise XisaCellFailure(f"compile error, nothing blessed: {result.error}")
-            bless([result], golden_dir=ws.project.golden_dir, display_root=ws.project.root, toolchain=toolchain,
-                  command="pytest --xisa --xisa-update", stream_files=ws.project.stream_files,
+            bless([result], golden_dir=ws.project.golden_dir, display_root=ws.project.root,
+                  toolchains={cell.target.name: toolchain}, stream_files=ws.project.stream_files,
                   selected_targets={cell.target.name}, kernel_filters=[f"{cell.kernel.name}:{cell.case}"])
             return
         report = build_report([result], failures, golden_dir=ws.project.golden_dir, display_root=ws.project.root,

@@ -99,6 +99,17 @@ def summary_line(report) -> str:
     return "; ".join(parts) if parts else "no cells selected"
 
 
+def judgement_line(report, *, code: str = "`") -> str:
+    """What the verdicts were judged against: the base revision (for a PR gate) and the declared scope."""
+    scopes = ", ".join(f"{code}{s}{code}" for s in report.scopes)
+    scope = f"scope {scopes}" if scopes else "no scope (every cell must be unchanged)"
+    if report.base:
+        base = report.base
+        how = "its kernels compiled" if base["compared"] == "compiled" else "its goldens"
+        return f"judged against {code}{base['revision']}{code} ({code}{base['commit'][:12]}{code}, {how}), {scope}"
+    return f"judged against the goldens, {scope}"
+
+
 def _arrow(base: Any, head: Any) -> str:
     if base is None:
         return str(head)
@@ -135,11 +146,14 @@ def _row_values(v, counts: list[str]) -> list[str]:
 
 
 def render_markdown(report, *, counts: list[str], title: str) -> str:
-    lines = [f"### {title}", "", f"**{summary_line(report)}**", ""]
+    lines = [f"### {title}", "", f"**{summary_line(report)}**", "", f"_{judgement_line(report)}_", ""]
     for problem in report.problems:
         lines += [f"> :warning: {problem}", ""]
     if report.isolation_violations:
         lines += ["**isolation violated**: " + ", ".join(f"`{v.id}`" for v in report.isolation_violations), ""]
+    if report.stale_goldens:
+        lines += ["**goldens that disagree with this tree's compile** (bless them and commit): "
+                  + ", ".join(f"`{v.id}`" for v in report.stale_goldens), ""]
     header = ["case", "instructions", *[f"`{c}`" for c in counts], "VGPR", "spills", "LDS", "occupancy", "SHA-256",
               "verdict"]
     targets = sorted({v.target for v in report.verdicts})
@@ -186,11 +200,15 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
     for v in report.verdicts:
         if v.message and v.verdict in ("error", "expectation-failed", "new", "unused"):
             console.print(Text(f"{v.verdict}: {v.id}: {v.message}", style=_VERDICT_STYLE.get(v.verdict, "")))
+    for v in report.stale_goldens:
+        console.print(Text(f"stale golden: {v.id}: {v.message}", style="red"))
     for problem in report.problems:
         console.print(Text(f"untrusted: {problem}", style="red"))
     if report.isolation_violations:
         console.print(Text("isolation violated: " + ", ".join(v.id for v in report.isolation_violations),
                            style="bold red"))
+    if report.base or report.scopes:
+        console.print(Text(judgement_line(report, code="")))
     console.print(Text(summary_line(report)))
 
 
@@ -221,6 +239,11 @@ def render_junit(report) -> str:
             if v.delta:
                 detail += "\n" + "\n".join(f"{m}: {b} -> {h}" for m, b, h in v.delta.histogram[:20])
             ET.SubElement(case, "failure", message=f"{v.verdict}: {message}"[:500]).text = _xml_safe(detail)
+    for v in report.stale_goldens:
+        failures += 1
+        case = ET.SubElement(suite, "testcase", classname=f"xisa.{v.target}", name=f"{v.kernel}:{v.case} (golden)")
+        message = _xml_safe(v.message)
+        ET.SubElement(case, "failure", message=f"stale golden: {message}"[:500]).text = message
     for problem in report.problems:
         errors += 1
         case = ET.SubElement(suite, "testcase", classname="xisa", name="toolchain")

@@ -40,6 +40,7 @@ class CellResult:
             "kernel": self.kernel, "case": self.case, "target": self.target, "status": self.status,
             "error": self.error,
             "sha256": analysis.sha256 if analysis else None,
+            "code_sha256": analysis.code_sha256 if analysis else None,
             "instructions": analysis.instructions if analysis else None,
             "histogram": dict(analysis.histogram) if analysis else {},
             "base_histogram": dict(analysis.base_histogram) if analysis else {},

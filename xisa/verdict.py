@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xisa.analyze import ANALYZER_VERSION
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError
 from xisa.expect import Failure
 from xisa.golden import Golden, golden_paths, list_goldens, read_golden
@@ -69,14 +70,22 @@ class CellVerdict:
     base: Golden | None = None
     delta: Delta | None = None
     expectations: list[Failure] = field(default_factory=list)
+    # Against a base revision (a PR's gate) a new cell or a removed golden is a change like any other,
+    # allowed inside the scope; against a tree's own goldens it is always a regression (bless it).
+    judged_by_scope: bool = False
 
     @property
     def id(self) -> str:
         return f"{self.kernel}:{self.case}@{self.target}"
 
     @property
+    def violates_isolation(self) -> bool:
+        scoped = (CHANGED, NEW, UNUSED) if self.judged_by_scope else (CHANGED,)
+        return self.verdict in scoped and not self.in_scope
+
+    @property
     def is_regression(self) -> bool:
-        if self.verdict == CHANGED:
+        if self.verdict == CHANGED or (self.judged_by_scope and self.verdict in (NEW, UNUSED)):
             return not self.in_scope
         return self.verdict in (NEW, UNUSED, EXPECT_FAILED)
 
@@ -87,6 +96,8 @@ class CellVerdict:
             "kernel": self.kernel, "case": self.case, "target": self.target, "verdict": self.verdict,
             "in_scope": self.in_scope, "message": self.message, "golden": self.golden_file,
             "head_sha256": head.sha256 if head else None, "base_sha256": base["sha256"] if base else None,
+            "head_code_sha256": head.code_sha256 if head else None,
+            "base_code_sha256": base.get("code_sha256") if base else None,
             "head_instructions": head.instructions if head else None,
             "base_instructions": base["instructions"] if base else None,
             "head_resources": dict(head.resources) if head else None,
@@ -104,17 +115,19 @@ class CheckReport:
     scopes: list[str]
     problems: list[str] = field(default_factory=list)   # whole-run reasons not to trust the result
     shard: tuple[int, int] | None = None
+    base: dict[str, Any] | None = None                  # the revision a PR gate judged against (xisa.gate)
+    stale_goldens: list[CellVerdict] = field(default_factory=list)   # head goldens the head compile disagrees with
     selection: dict[str, Any] | None = None   # what the run covers (xisa.selection), for `xisa merge`
 
     @property
     def isolation_violations(self) -> list[CellVerdict]:
-        return [v for v in self.verdicts if v.verdict == CHANGED and not v.in_scope]
+        return [v for v in self.verdicts if v.violates_isolation]
 
     @property
     def exit_code(self) -> int:
-        if self.problems or any(v.verdict == ERROR for v in self.verdicts):
+        if self.problems or any(v.verdict == ERROR for v in (*self.verdicts, *self.stale_goldens)):
             return EXIT_UNTRUSTED
-        if any(v.is_regression for v in self.verdicts):
+        if any(v.is_regression for v in self.verdicts) or self.stale_goldens:
             return EXIT_REGRESSION
         return EXIT_OK
 
@@ -133,6 +146,8 @@ class CheckReport:
             "exit_code": self.exit_code, "counts": self.counts(), "problems": list(self.problems),
             "isolation_violated": [v.id for v in self.isolation_violations],
             "cells": [v.to_json() for v in self.verdicts],
+            **({"base": self.base, "stale_goldens": [v.to_json() for v in self.stale_goldens]}
+               if self.base is not None else {}),
         }
 
 
@@ -165,6 +180,7 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
     parsed_scopes = [Scope.parse(s) for s in scopes]
     verdicts: list[CellVerdict] = []
     golden_toolchains: dict[str, list[str]] = {}
+    golden_analyzers: dict[int, list[str]] = {}   # analyzer version -> golden files made by another one
     problems: list[str] = []
 
     def show(path: Path) -> str:
@@ -191,15 +207,25 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
         if not result.ok:
             verdict.verdict, verdict.message = ERROR, result.error or "compile failed"
             continue
+        made_by = golden.data.get("analyzer", 1) if golden else ANALYZER_VERSION
+        if made_by != ANALYZER_VERSION:
+            # Counted or normalized another way: a difference would not be a kernel change. Not
+            # compared; the one line in `problems` says why and what to do.
+            golden_analyzers.setdefault(made_by, []).append(show(yaml_path))
+            verdict.verdict = ERROR
+            continue
         verdict.expectations = failures.get(result.id, [])
         if golden is None:
             verdict.verdict, verdict.message = NEW, "no golden (run `xisa bless` to record it)"
         else:
             delta = compute_delta(golden.data, result)
-            changed = golden.data["sha256"] != result.analysis.sha256 or bool(delta.resources)
-            if changed:
+            stream_changed = golden.data["sha256"] != result.analysis.sha256
+            code_changed = golden.data.get("code_sha256") != result.analysis.code_sha256
+            if stream_changed or code_changed or delta.resources:
                 verdict.verdict, verdict.delta = CHANGED, delta
                 verdict.message = "changed in scope" if verdict.in_scope else "changed outside the declared scope"
+                if code_changed and not stream_changed:
+                    verdict.message += ": the code bytes changed, the printed stream did not (inline-asm directives?)"
         if verdict.expectations:
             verdict.verdict = EXPECT_FAILED
             verdict.message = "; ".join(str(f) for f in verdict.expectations)
@@ -218,6 +244,9 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
         problems.append(f"goldens were made with Triton {version} ({len(files)} files, e.g. {files[0]}) but Triton "
                         f"{installed} is installed: fingerprints cannot be compared (fix: install triton=={version} "
                         f"or re-bless with {installed})")
+    for version in sorted(golden_analyzers):
+        problems.append(f"goldens were made by xisa's analyzer {version}, this xisa is {ANALYZER_VERSION}: "
+                        "re-bless with `xisa bless`")
     verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
     return CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains=golden_toolchains, scopes=scopes,
                        problems=problems, shard=shard, selection=selection)

@@ -7,13 +7,16 @@ import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
-from xisa.errors import SpecError
+from xisa.errors import SpecError, ToolchainError
 from xisa.expect import Failure, evaluate, validate
+from xisa.golden import golden_paths, read_golden_toolchain
+from xisa.names import display_path
 from xisa.project import Project, load_project
 from xisa.result import CellResult
 from xisa.shard import shard_of
 from xisa.spec import Cell, KernelSpec, build_cells, discover_spec_files, load_specs
 from xisa.target import Target, load_targets, select_targets
+from xisa.toolchain import describe_toolchain
 
 
 @dataclass
@@ -55,7 +58,39 @@ def expectation_failures(cell: Cell, result: CellResult) -> list[Failure]:
     return evaluate(cell.expect, cell.target.name, result.analysis, path=cell.kernel.spec_path, field=cell.field_path)
 
 
+def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root: Path, label: str = "") -> None:
+    """Refuse, before anything compiles, goldens of the selection made with another toolchain than the
+    one their cells compile with: no compile could be compared with them (exit 2, one line).
 
+    Triton's version always counts; the AMD codegen revision or ptxas's version counts where both the
+    golden and the installed toolchain name one for the cell's backend. Unreadable goldens are left to
+    the per-cell verdict, which reports each one."""
+    installed_by_backend: dict[str, dict[str, str]] = {}
+    mismatched: dict[tuple[str, str, str], list[str]] = {}   # (fact, golden's, installed) -> files
+    for cell in cells:
+        yaml_path, _ = golden_paths(golden_dir, cell.kernel.name, cell.case, cell.target.name)
+        recorded = read_golden_toolchain(yaml_path)
+        if recorded is None:
+            continue
+        shown = label + display_path(yaml_path, display_root)
+        backend = cell.target.backend
+        if backend not in installed_by_backend:
+            installed_by_backend[backend] = describe_toolchain(backends={backend})
+        for fact, value in installed_by_backend[backend].items():
+            if fact in recorded and str(recorded[fact]) != value:
+                mismatched.setdefault((fact, str(recorded[fact]), value), []).append(shown)
+    if not mismatched:
+        return
+    (fact, theirs, ours), files = max(mismatched.items(), key=lambda item: len(item[1]))
+    others = len({f for group in mismatched.values() for f in group} - set(files))
+    name = {"triton": "Triton", "amd_codegen": "the AMD codegen revision", "ptxas": "ptxas"}.get(fact, fact)
+    fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
+           else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
+    count = len(files)
+    raise ToolchainError(f"{count} golden{'s' if count != 1 else ''} of this selection {'were' if count != 1 else 'was'} "
+                         f"made with {name} {theirs} but {ours} is installed"
+                         + (f" ({others} more of yet another toolchain)" if others else "")
+                         + ": no compile could be compared with them", path=files[0], field="toolchain", fix=fix)
 
 @dataclass
 class Run:
@@ -69,6 +104,10 @@ class Run:
     @property
     def backends(self) -> set[str]:
         return {t.backend for t in self.targets}
+
+    def toolchains(self) -> dict[str, dict[str, str]]:
+        """Per target, the toolchain facts of its backend only: what its golden records."""
+        return {t.name: describe_toolchain(backends={t.backend}) for t in self.targets}
 
 
 def select_cells(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None,

@@ -1,5 +1,5 @@
 """Turn compiled assembly into numbers: stream, histogram, classes, resources, occupancy, SHA-256."""
 
-from xisa.analyze.model import Analysis, Instruction, Stream
+from xisa.analyze.model import ANALYZER_VERSION, Analysis, Instruction, Stream
 
-__all__ = ["Analysis", "Instruction", "Stream"]
+__all__ = ["ANALYZER_VERSION", "Analysis", "Instruction", "Stream"]

@@ -1,20 +1,28 @@
 """Parse and normalize amdgcn assembly as LLVM's AMDGPU backend prints it.
 
+The stream covers every function of the code object: the kernel (the function with the
+`.amdhsa_kernel` descriptor) first, then each noinline callee in the order LLVM prints it.
 Normalization is an ordered list of named rules (as in LLVM's update_llc_test_checks.py):
-comments, `.loc`/`.file`/`.cfi` and every other directive, debug labels and padding are dropped;
-block labels are renumbered by position, so neither a moved checkout nor a comment added above the
-kernel can move the fingerprint.
+comments, `.loc`/`.file`/`.cfi` and every other directive LLVM prints, debug labels and padding
+are dropped; block labels are renumbered by position within their function, so neither a moved
+checkout nor a comment added above the kernel can move the fingerprint. Inline asm is the
+exception: its directives are assembled after printing, so inside `;;#ASMSTART`..`;;#ASMEND` data
+directives are stream entries, `.rept`/`.if` over literals are evaluated, and any other directive
+stays verbatim and marks the cell (`opaque_asm`). The code object's bytes are hashed as well
+(`codeobject.py`), so what the text cannot show still moves `code_sha256`.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
 
-from xisa.analyze.model import Analysis, Block, Instruction, Stream, histograms
+from xisa.analyze.codeobject import code_sha256
+from xisa.analyze.model import Analysis, Block, Function, Instruction, Stream, histograms
 from xisa.errors import ParseError
 
 # Encoding suffixes that name the same operation (VOP1/2/C as _e32, VOP3 as _e64, SDWA, DPP).
@@ -40,6 +48,7 @@ CLASS_RULES: tuple[tuple[str, re.Pattern], ...] = (
     ("salu", re.compile(r"^s_")),
     ("valu", re.compile(r"^v_")),
     ("export", re.compile(r"^exp")),
+    ("data", re.compile(r"^\.")),   # data directives inside inline asm (`.long 0xbf800000`)
 )
 CLASSES = tuple(name for name, _ in CLASS_RULES) + ("other",)
 
@@ -69,36 +78,191 @@ def _strip_comment(line: str) -> str:
     return line.strip()
 
 
-def _kernel_name(lines: list[str]) -> str:
-    for line in lines:
+_TYPE_FUNCTION = re.compile(r"^\.type\s+([\w.$]+)\s*,\s*@function")
+_AMDHSA_KERNEL = re.compile(r"^\.amdhsa_kernel\s+([\w.$]+)")
+
+
+def _functions(lines: list[str]) -> tuple[str, list[str]]:
+    """The kernel and the other functions of the code object, in the order they are printed.
+
+    The kernel is the function with an `.amdhsa_kernel` descriptor: LLVM prints a noinline callee
+    before it, so "the first function" would be the callee.
+    """
+    functions: list[str] = []
+    kernels: list[tuple[str, int]] = []
+    for index, line in enumerate(lines):
         text = line.strip()
-        match = re.match(r"^\.type\s+([\w.$]+)\s*,\s*@function", text)
-        if match:
-            return match.group(1)
-    for line in lines:
-        match = re.match(r"^\.amdhsa_kernel\s+([\w.$]+)", line.strip())
-        if match:
-            return match.group(1)
-    raise ParseError("no kernel found: no `.type NAME,@function` or `.amdhsa_kernel NAME` line", field="line 1")
+        match = _TYPE_FUNCTION.match(text)
+        if match and match.group(1) not in functions:
+            functions.append(match.group(1))
+            continue
+        match = _AMDHSA_KERNEL.match(text)
+        if match and all(match.group(1) != name for name, _ in kernels):
+            kernels.append((match.group(1), index))
+    if len(kernels) > 1:
+        raise ParseError(f"more than one kernel ({kernels[0][0]}, {kernels[1][0]}): give one kernel's code object",
+                         field=f"line {kernels[1][1] + 1}")
+    if kernels:
+        kernel = kernels[0][0]
+    elif functions:
+        kernel = functions[0]  # hand-written assembly without a descriptor
+    else:
+        raise ParseError("no kernel found: no `.type NAME,@function` or `.amdhsa_kernel NAME` line", field="line 1")
+    return kernel, [name for name in functions if name != kernel]
 
 
-def parse_stream(asm: str) -> tuple[str, Stream]:
-    """The kernel's name and its instruction stream by basic block."""
-    lines = asm.splitlines()
-    name = _kernel_name(lines)
+# --- inline asm ------------------------------------------------------------------------------------
+# LLVM prints an `asm volatile` body verbatim between these markers; it is assembled after printing,
+# so its directives (dropped everywhere else) can emit or remove machine code.
+_ASM_START, _ASM_END = ";;#ASMSTART", ";;#ASMEND"
+# Directives that emit data words into the code: kept as stream entries, counted under their name.
+_DATA_DIRECTIVES = frozenset({".byte", ".short", ".hword", ".word", ".value", ".2byte", ".int", ".long", ".4byte",
+                              ".quad", ".8byte", ".octa", ".inst", ".ascii", ".asciz", ".string"})
+# Conditionals over a literal: (directive, does the value make it true).
+_LITERAL_CONDITIONS = {".if": lambda v: v != 0, ".ifne": lambda v: v != 0, ".ifeq": lambda v: v == 0,
+                       ".ifge": lambda v: v >= 0, ".ifgt": lambda v: v > 0, ".ifle": lambda v: v <= 0,
+                       ".iflt": lambda v: v < 0}
+_LOOPS = (".rept", ".irp", ".irpc")
+# Bounds an expanded `.rept`: beyond it the block stays verbatim (and the cell is marked).
+MAX_EXPANDED_ASM = 1 << 16
+_INT_LITERAL = re.compile(r"^[+-]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9]\d*)$")
+
+AsmLine = tuple[int, str]   # (line index in the file, text without comment)
+
+
+def _literal(text: str) -> int | None:
+    """An integer literal as GNU as reads it (leading 0 is octal), or None for anything else."""
+    text = text.strip()
+    if not _INT_LITERAL.match(text):
+        return None
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("+-")
+    if len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXbB":
+        return sign * int(digits, 8)
+    return sign * int(digits, 0)
+
+
+def _directive(text: str) -> tuple[str, str]:
+    word, _, rest = text.partition(" ")
+    if "\t" in word:
+        word, _, more = word.partition("\t")
+        rest = f"{more} {rest}"
+    return word.lower(), rest.strip()
+
+
+def _closing(body: list[AsmLine], start: int, openers: tuple[str, ...], closer: str) -> int | None:
+    """Index of the `closer` that matches the opener at `start` (nesting counted), or None."""
+    depth = 0
+    for position in range(start, len(body)):
+        word, _ = _directive(body[position][1])
+        if word in openers or (openers[0] == ".if" and word.startswith(".if")):
+            depth += 1
+        elif word == closer:
+            depth -= 1
+            if depth == 0:
+                return position
+    return None
+
+
+def _else_of(body: list[AsmLine], start: int, end: int) -> int | None:
+    depth = 0
+    for position in range(start + 1, end):
+        word, _ = _directive(body[position][1])
+        if word.startswith(".if"):
+            depth += 1
+        elif word == ".endif":
+            depth -= 1
+        elif word in (".else", ".elseif") and depth == 0:
+            return position
+    return None
+
+
+def expand_inline_asm(body: list[AsmLine], opaque: set[str], budget: list[int] | None = None) -> list[AsmLine]:
+    """The statements an inline-asm body assembles to, as far as xisa can tell without assembling it.
+
+    `.rept N` with a literal N is unrolled and `.if`-family conditionals over a literal are decided;
+    data directives stay (the caller makes them stream entries). Anything else that is a directive,
+    or a construct that cannot be decided, stays verbatim and its name goes into `opaque`.
+    """
+    budget = budget if budget is not None else [MAX_EXPANDED_ASM]
+    out: list[AsmLine] = []
+    position = 0
+    while position < len(body):
+        index, text = body[position]
+        if not text.startswith("."):
+            out.append((index, text))
+            position += 1
+            continue
+        word, argument = _directive(text)
+        if word == ".rept":
+            end = _closing(body, position, _LOOPS, ".endr")
+            count = _literal(argument)
+            if end is not None and count is not None and count >= 0:
+                once = expand_inline_asm(body[position + 1:end], opaque, budget)
+                if len(once) * count <= budget[0]:
+                    budget[0] -= len(once) * count
+                    out.extend(once * count)
+                    position = end + 1
+                    continue
+        elif word in _LITERAL_CONDITIONS:
+            end = _closing(body, position, (".if",), ".endif")
+            value = _literal(argument)
+            if end is not None and value is not None:
+                middle = _else_of(body, position, end)
+                if middle is None or _directive(body[middle][1])[0] == ".else":
+                    taken = _LITERAL_CONDITIONS[word](value)
+                    chosen = body[position + 1:middle if middle is not None else end] if taken else \
+                        (body[middle + 1:end] if middle is not None else [])
+                    out.extend(expand_inline_asm(chosen, opaque, budget))
+                    position = end + 1
+                    continue
+        elif word in _DATA_DIRECTIVES:
+            out.append((index, text))
+            position += 1
+            continue
+        # Not decided here: keep the construct verbatim so a change to it still changes the stream.
+        opaque.add(word)
+        if word in _LOOPS or word.startswith(".if"):
+            end = _closing(body, position, _LOOPS if word in _LOOPS else (".if",),
+                           ".endr" if word in _LOOPS else ".endif")
+            stop = end + 1 if end is not None else len(body)
+            out.extend(body[position:stop])
+            position = stop
+            continue
+        out.append((index, text))
+        position += 1
+    return out
+
+
+def _statements(lines: list[str], start: int, opaque: set[str]) -> Iterator[tuple[int, str, bool]]:
+    """(line index, text without comment, from inline asm) from `start` on, inline asm expanded."""
+    index = start
+    while index < len(lines):
+        if lines[index].strip().startswith(_ASM_START):
+            end = next((j for j in range(index + 1, len(lines)) if lines[j].strip().startswith(_ASM_END)), None)
+            if end is None:
+                raise ParseError("inline asm `;;#ASMSTART` has no `;;#ASMEND`", field=f"line {index + 1}")
+            body = [(j, text) for j in range(index + 1, end) if (text := _strip_comment(lines[j]))]
+            yield from ((j, text, True) for j, text in expand_inline_asm(body, opaque))
+            index = end + 1
+            continue
+        yield index, _strip_comment(lines[index]), False
+        index += 1
+
+
+def _parse_function(lines: list[str], name: str, opaque: set[str]) -> list[Block]:
+    """One function's instructions by basic block, labels renumbered within the function."""
     start = None
     for index, line in enumerate(lines):
         if line.startswith(f"{name}:"):
             start = index + 1
             break
     if start is None:
-        raise ParseError(f"kernel {name!r} has no `{name}:` label", field="line 1")
+        raise ParseError(f"function {name!r} has no `{name}:` label", field="line 1")
     blocks: list[Block] = [Block("bb0")]
     label_to_block: dict[str, str] = {}
     end_seen = False
-    for index in range(start, len(lines)):
-        raw = lines[index]
-        text = _strip_comment(raw)
+    for index, text, from_asm in _statements(lines, start, opaque):
         if not text:
             continue
         label = _LABEL_DEF.match(text)
@@ -115,13 +279,16 @@ def parse_stream(asm: str) -> tuple[str, Stream]:
             if not text:
                 continue
         if text.startswith("."):
-            continue  # directives: .loc, .file, .cfi_*, .p2align, .section ...
+            if not from_asm:
+                continue  # LLVM's own directives: .loc, .file, .cfi_*, .p2align, .section ...
+            word, argument = _directive(text)
+            blocks[-1].instructions.append(Instruction(word, word, _normalize_operands(argument), index + 1))
+            continue
         parts = text.split(None, 1)
         mnemonic = parts[0]
         if not re.match(r"^[a-z_][a-z0-9_.]*$", mnemonic):
             raise ParseError(f"cannot parse instruction {text[:60]!r}", field=f"line {index + 1}")
-        operands = _SPACES.sub(" ", parts[1]).strip() if len(parts) > 1 else ""
-        operands = ", ".join(op.strip() for op in operands.split(",")) if operands else ""
+        operands = _normalize_operands(parts[1] if len(parts) > 1 else "")
         second = ""
         if " :: " in operands:  # VOPD: one instruction word, two operations
             tail = operands.split(" :: ", 1)[1].split(None, 1)
@@ -130,7 +297,8 @@ def parse_stream(asm: str) -> tuple[str, Stream]:
         if _TERMINATORS.match(mnemonic):
             blocks.append(Block(f"bb{len(blocks)}"))
     if not end_seen:
-        raise ParseError(f"kernel {name!r} has no `.Lfunc_end` label: truncated assembly?", field=f"line {len(lines)}")
+        raise ParseError(f"function {name!r} has no `.Lfunc_end` label: truncated assembly?",
+                         field=f"line {len(lines)}")
     blocks = [b for b in blocks if b.instructions]
     # Renumber: block labels by the block they start, other local labels by first use.
     renamed = {}
@@ -152,14 +320,45 @@ def parse_stream(asm: str) -> tuple[str, Stream]:
             Instruction(i.mnemonic, i.base, _LOCAL_LABEL.sub(rename, i.operands), i.line, i.second)
             for i in block.instructions
         ]
-    return name, Stream(blocks)
+    return blocks
+
+
+def _normalize_operands(text: str) -> str:
+    text = _SPACES.sub(" ", text).strip()
+    return ", ".join(op.strip() for op in text.split(",")) if text else ""
+
+
+def _parse(asm: str) -> tuple[str, Stream, list[str]]:
+    lines = asm.splitlines()
+    kernel, callees = _functions(lines)
+    opaque: set[str] = set()
+    stream = Stream(_parse_function(lines, kernel, opaque),
+                    [Function(name, _parse_function(lines, name, opaque)) for name in callees])
+    return kernel, stream, sorted(opaque)
+
+
+def parse_stream(asm: str) -> tuple[str, Stream]:
+    """The kernel's name and the instruction stream of the code object: the kernel's basic blocks,
+    then those of every function it calls (noinline helpers), each under its name."""
+    kernel, stream, _ = _parse(asm)
+    return kernel, stream
 
 
 def parse_metadata(asm: str) -> dict[str, Any]:
-    """Resource facts from the `.amdhsa_*` directives, `.set` symbols, kernel-info comments and amdhsa.kernels."""
+    """The kernel's resource facts: its `.amdhsa_*` directives, its `.set` symbols, its `; Kernel info:`
+    comments and its amdhsa.kernels entry. A callee's `; Function info:` and `.set` lines are not the
+    kernel's: LLVM folds a callee's register and stack use into the kernel's own figures."""
     facts: dict[str, Any] = {"amdhsa": {}, "info": {}, "kernel": {}, "set": {}}
     lines = asm.splitlines()
+    try:
+        kernel, _ = _functions(lines)
+    except ParseError:
+        kernel = None
+    symbol = re.escape(kernel) if kernel else r"[\w.$]*"
+    set_line = re.compile(rf"^\.set\s+\.?L?{symbol}\.(num_vgpr|num_agpr|numbered_sgpr|private_seg_size)"
+                          r"\s*,\s*(\d+)\s*$")
     in_meta = False
+    in_callee_info = False
     meta_lines: list[str] = []
     meta_start = 0
     for index, line in enumerate(lines):
@@ -173,16 +372,19 @@ def parse_metadata(asm: str) -> dict[str, Any]:
         if in_meta:
             meta_lines.append(line)
             continue
+        if re.match(r"^;\s*(Function|Kernel) info:", text):
+            in_callee_info = text.split()[1] == "Function"
+            continue
         match = re.match(r"^\.(amdhsa_\w+)\s+(-?\d+)\s*$", text)
         if match:
             facts["amdhsa"][match.group(1)] = int(match.group(2))
             continue
-        match = re.match(r"^\.set\s+\.?L?[\w.$]*\.(num_vgpr|num_agpr|numbered_sgpr|private_seg_size)\s*,\s*(\d+)\s*$", text)
+        match = set_line.match(text)
         if match:
             facts["set"][match.group(1)] = int(match.group(2))
             continue
         match = re.match(r"^;\s*(\w+)\s*:\s*(-?\d+)\b", text)
-        if match:
+        if match and not in_callee_info:
             facts["info"].setdefault(match.group(1), int(match.group(2)))
     if meta_lines:
         try:
@@ -192,8 +394,11 @@ def parse_metadata(asm: str) -> dict[str, Any]:
             line = meta_start + (mark.line if mark else 0) + 1
             raise ParseError("amdgpu_metadata block is not valid YAML", field=f"line {line}") from None
         kernels = (document or {}).get("amdhsa.kernels") if isinstance(document, dict) else None
-        if isinstance(kernels, list) and kernels and isinstance(kernels[0], dict):
-            facts["kernel"] = kernels[0]
+        if isinstance(kernels, list):
+            entries = [k for k in kernels if isinstance(k, dict)]
+            named = [k for k in entries if k.get(".name") == kernel]
+            if named or entries:
+                facts["kernel"] = (named or entries)[0]
     return facts
 
 
@@ -231,15 +436,19 @@ def resources(asm: str, *, lds_bytes: int) -> dict[str, Any]:
     }
 
 
-def analyze_amdgcn(asm: str, *, lds_bytes: int = 0) -> tuple[Analysis, str]:
-    """(analysis without occupancy, kernel name). Occupancy needs the target: see `occupancy`."""
-    name, stream = parse_stream(asm)
+def analyze_amdgcn(asm: str, *, lds_bytes: int = 0, code_object: bytes | None = None) -> tuple[Analysis, str]:
+    """(analysis without occupancy, kernel name). Occupancy needs the target: see `occupancy`.
+
+    `code_object` (the hsaco) ties the fingerprint to the bytes the hardware loads (`code_sha256`)."""
+    name, stream, opaque = _parse(asm)
     raw, base = histograms(stream)
     classes = Counter(classify(ins.mnemonic) for ins in stream.instructions())
     text = stream.text()
     analysis = Analysis(
-        isa="amdgcn", sha256=stream.sha256(), instructions=sum(raw.values()), blocks=len(stream.blocks),
+        isa="amdgcn", sha256=stream.sha256(), instructions=sum(raw.values()),
+        blocks=sum(1 for _ in stream.all_blocks()),
         histogram=raw, base_histogram=base, classes={c: classes.get(c, 0) for c in CLASSES if classes.get(c)},
         resources=resources(asm, lds_bytes=lds_bytes), stream_text=text,
+        code_sha256=code_sha256(code_object) if code_object is not None else None, opaque_asm=opaque,
     )
     return analysis, name

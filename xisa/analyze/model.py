@@ -7,6 +7,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+# Bumped whenever counting or normalization changes, so that a golden made by another analyzer is
+# reported as such instead of as a kernel change. 1: the kernel's stream only; 2: every function of
+# the code object, inline-asm directives, `code_sha256`.
+ANALYZER_VERSION = 2
+
 
 @dataclass(frozen=True)
 class Instruction:
@@ -35,20 +40,41 @@ class Block:
 
 
 @dataclass
-class Stream:
-    """A kernel's instructions by basic block, labels renumbered."""
+class Function:
+    """A function the kernel calls (`@triton.jit(noinline=True)`), printed in the same code object."""
 
+    name: str
     blocks: list[Block]
 
+
+@dataclass
+class Stream:
+    """A kernel's instructions by basic block, labels renumbered, then each function it calls.
+
+    The kernel comes first and is written exactly as a single-function stream, so a kernel without
+    callees keeps its fingerprint; each callee follows under a `function NAME:` header.
+    """
+
+    blocks: list[Block]                                        # the kernel's
+    callees: list[Function] = field(default_factory=list)     # in the order they are printed
+
+    def all_blocks(self):
+        yield from self.blocks
+        for function in self.callees:
+            yield from function.blocks
+
     def instructions(self):
-        for block in self.blocks:
+        for block in self.all_blocks():
             yield from block.instructions
 
     def text(self) -> str:
         lines = []
-        for block in self.blocks:
-            lines.append(f"{block.name}:")
-            lines.extend(f"  {ins.text()}" for ins in block.instructions)
+        for header, blocks in [(None, self.blocks), *((f.name, f.blocks) for f in self.callees)]:
+            if header is not None:
+                lines.append(f"function {header}:")
+            for block in blocks:
+                lines.append(f"{block.name}:")
+                lines.extend(f"  {ins.text()}" for ins in block.instructions)
         return "\n".join(lines) + "\n"
 
     def sha256(self) -> str:
@@ -75,17 +101,28 @@ class Analysis:
     classes: dict[str, int]
     resources: dict[str, Any]
     stream_text: str
+    # SHA-256 of the code object's code and read-only data as the hardware loads them (AMD), or None
+    # where the stream already is the bytes' disassembly (NVIDIA): see `codeobject.py`.
+    code_sha256: str | None = None
+    # Directives inside inline asm that xisa could not evaluate (kept verbatim in the stream): the
+    # counts of such a cell may not be the machine code's; `code_sha256` still is.
+    opaque_asm: list[str] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
-        return {
-            "isa": self.isa, "sha256": self.sha256, "instructions": self.instructions, "blocks": self.blocks,
+        record = {
+            "analyzer": ANALYZER_VERSION, "isa": self.isa, "sha256": self.sha256, "code_sha256": self.code_sha256,
+            "instructions": self.instructions, "blocks": self.blocks,
             "histogram": dict(self.histogram), "base_histogram": dict(self.base_histogram),
             "classes": dict(self.classes), "resources": dict(self.resources),
         }
+        if self.opaque_asm:
+            record["opaque_asm"] = list(self.opaque_asm)
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any], stream_text: str = "") -> "Analysis":
         return cls(isa=record["isa"], sha256=record["sha256"], instructions=record["instructions"],
                    blocks=record["blocks"], histogram=dict(record["histogram"]),
                    base_histogram=dict(record["base_histogram"]), classes=dict(record["classes"]),
-                   resources=dict(record["resources"]), stream_text=stream_text)
+                   resources=dict(record["resources"]), stream_text=stream_text,
+                   code_sha256=record.get("code_sha256"), opaque_asm=list(record.get("opaque_asm") or []))

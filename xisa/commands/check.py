@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shlex
 import sys
 import tempfile
 from enum import Enum
@@ -17,7 +17,7 @@ from xisa.bless import bless as bless_goldens, refuse_in_ci
 from xisa.cli import app
 from xisa.commands.common import (ArchOption, JobsOption, KernelOption, LockTimeoutOption, NoCacheOption, QuietOption,
                                   SpecOption, TimeoutOption, stderr, stdout)
-from xisa.errors import EXIT_OK, EXIT_UNTRUSTED
+from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, UsageError
 from xisa.progress import progress_reporter
 from xisa.report import render_check_text, render_junit, render_markdown
 from xisa.runner import RunOptions
@@ -25,7 +25,7 @@ from xisa.toolchain import describe_toolchain
 from xisa.verdict import CheckReport, build_report
 from xisa.selection import describe_selection
 from xisa.shard import parse_shard
-from xisa.workspace import Run, compile_cells, open_workspace, select_cells
+from xisa.workspace import Run, check_golden_toolchains, compile_cells, open_workspace, select_cells
 
 
 class Format(str, Enum):
@@ -41,6 +41,12 @@ FormatOption = Annotated[Format, typer.Option("--format", help="Output format.")
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to FILE.")]
 CountOption = Annotated[Optional[list[str]], typer.Option("--count", help="Mnemonic or glob column (repeatable).")]
 ShardOption = Annotated[Optional[str], typer.Option("--shard", help="Run only shard I of N: I/N.")]
+BaseOption = Annotated[Optional[str], typer.Option(
+    "--base", help="The PR gate: judge this tree's cells against git revision BASE (e.g. origin/main) with "
+                   "--scope, and hold this tree's goldens to its compile.")]
+CompileBaseOption = Annotated[bool, typer.Option(
+    "--compile-base", help="With --base: compile the kernels at BASE in a temporary worktree instead of "
+                           "reading its goldens.")]
 
 
 def _emit_report(report: CheckReport, fmt: Format, output: Path | None, *, counts: list[str], title: str,
@@ -82,9 +88,14 @@ def _validate_scopes(scopes: list[str] | None) -> None:
         Scope.parse(text)
 
 
-def _run(ws, arch, kernel, jobs, timeout, no_cache, shard=None) -> Run:
+def _run(ws, arch, kernel, jobs, timeout, no_cache, shard=None, *, golden_dirs=()) -> Run:
+    """Select and compile. `golden_dirs` (folder, label) are checked for another toolchain first, so a
+    mismatch is one line before any compile, not a report after all of them."""
     options = RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache)
     chosen, cells = select_cells(ws, arch=arch, kernel=kernel, shard=parse_shard(shard))
+    for folder, label in golden_dirs:
+        check_golden_toolchains(cells, folder, display_root=ws.project.root if not label else folder.parent,
+                                label=label)
     with progress_reporter(len(cells)) as advance:
         return compile_cells(ws, chosen, cells, options=options, progress=advance)
 
@@ -92,33 +103,35 @@ def _run(ws, arch, kernel, jobs, timeout, no_cache, shard=None) -> Run:
 @app.command()
 def check(
     arch: ArchOption = None, kernel: KernelOption = None, spec: SpecOption = None, scope: ScopeOption = None,
+    base: BaseOption = None, compile_base: CompileBaseOption = False,
     fmt: FormatOption = Format.text, output: OutputOption = None, count: CountOption = None,
     shard: ShardOption = None, jobs: JobsOption = 0, timeout: TimeoutOption = 600.0, no_cache: NoCacheOption = False,
     quiet: QuietOption = False,
     golden: Annotated[Optional[Path], typer.Option("--golden", help="Golden folder (default: golden/).")] = None,
 ) -> None:
-    """CI gate: every cell against its golden. Exit 0 all well, 1 regression, 2 untrustworthy."""
+    """CI gate: every cell against its golden (or, with --base, against a base revision). Exit 0 all well,
+    1 regression, 2 untrustworthy."""
+    if base is not None:
+        if shard is not None:
+            raise UsageError("--shard cannot be combined with --base: the gate against a base judges the whole "
+                             "selection", field="--shard", fix="shard `xisa check` without --base, and run the gate once")
+        report = _gate(base, compile_base=compile_base, arch=arch, kernel=kernel, spec=spec, scope=scope, jobs=jobs,
+                       timeout=timeout, no_cache=no_cache, golden=golden)
+        _emit_report(report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet)
+        raise typer.Exit(report.exit_code)
+    if compile_base:
+        raise UsageError("--compile-base needs --base", field="--compile-base", fix="e.g. --base origin/main --compile-base")
     _validate_scopes(scope)
     ws = open_workspace(spec=spec, golden=golden)
     _, whole = select_cells(ws, arch=arch, kernel=kernel)   # every shard's cells: what `xisa merge` must get back
     selection = describe_selection(ws, arch=arch, kernel=kernel, cells=whole)
-    run = _run(ws, arch, kernel, jobs, timeout, no_cache, shard)
+    run = _run(ws, arch, kernel, jobs, timeout, no_cache, shard, golden_dirs=[(ws.project.golden_dir, "")])
     report = build_report(run.results, run.failures, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
                           selected_targets={t.name for t in run.targets}, kernel_filters=kernel,
                           scopes=scope or [], toolchain=describe_toolchain(backends=run.backends),
                           shard=parse_shard(shard), selection=selection)
     _emit_report(report, fmt, output, counts=count or [], title="xisa check", quiet=quiet)
     raise typer.Exit(report.exit_code)
-
-
-def _command_line() -> str:
-    """The command as typed, with absolute paths made relative so goldens carry no machine paths."""
-    words = []
-    for word in sys.argv[1:]:
-        if os.path.isabs(word):
-            word = os.path.basename(word)
-        words.append(word)
-    return "xisa " + shlex.join(words)
 
 
 @app.command()
@@ -133,9 +146,9 @@ def bless(
     ws = open_workspace(spec=spec, golden=golden)
     run = _run(ws, arch, kernel, jobs, timeout, no_cache)
     outcome = bless_goldens(run.results, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
-                            toolchain=describe_toolchain(backends=run.backends), command=_command_line(),
-                            stream_files=ws.project.stream_files, selected_targets={t.name for t in run.targets},
-                            kernel_filters=kernel, lock_timeout=lock_timeout)
+                            toolchains=run.toolchains(), stream_files=ws.project.stream_files,
+                            selected_targets={t.name for t in run.targets}, kernel_filters=kernel,
+                            lock_timeout=lock_timeout)
     out = stdout()
     for path in outcome.recovered:
         out.print(f"recovered {path} (left by an interrupted bless)")
@@ -156,49 +169,87 @@ def bless(
     raise typer.Exit(1 if any(run.failures.values()) else EXIT_OK)
 
 
+def _gate(base: str, *, compile_base: bool, arch, kernel, spec, scope, jobs, timeout, no_cache,
+          golden: Path | None = None) -> CheckReport:
+    """This tree against BASE: its goldens (read from git) or its kernels (compiled in a worktree).
+    Everything that can be refused is refused before the first compile: the scope, the revision, goldens
+    of another toolchain at either end."""
+    from xisa import gitrev
+    from xisa.gate import base_record, judge_against_base
+
+    _validate_scopes(scope)
+    ws = open_workspace(spec=spec, golden=golden)
+    commit = gitrev.resolve(base, ws.project.root)
+    with contextlib.ExitStack() as stack:
+        base_errors: dict[str, str] = {}
+        if compile_base:
+            run = _run(ws, arch, kernel, jobs, timeout, no_cache, golden_dirs=[(ws.project.golden_dir, "")])
+            base_dir, base_errors = _compile_base(stack, ws, commit, arch=arch, kernel=kernel, jobs=jobs,
+                                                  timeout=timeout, no_cache=no_cache)
+        else:
+            base_dir = stack.enter_context(gitrev.goldens_at(commit, ws.project.golden_dir))
+            run = _run(ws, arch, kernel, jobs, timeout, no_cache,
+                       golden_dirs=[(ws.project.golden_dir, ""), (base_dir, f"{base}:")])
+        return judge_against_base(run.results, run.failures, base=base_record(base, commit, compiled=compile_base),
+                                  base_dir=base_dir, base_errors=base_errors, head_golden_dir=ws.project.golden_dir,
+                                  display_root=ws.project.root, selected_targets={t.name for t in run.targets},
+                                  kernel_filters=kernel, scopes=scope or [],
+                                  toolchain=describe_toolchain(backends=run.backends))
+
+
+def _compile_base(stack: contextlib.ExitStack, ws, commit: str, *, arch, kernel, jobs, timeout,
+                  no_cache) -> tuple[Path, dict[str, str]]:
+    """Compile the selection at `commit` in a temporary worktree, its imports resolved there, and render
+    the results as goldens in a temporary folder. Returns that folder and the base cells that failed."""
+    from xisa import gitrev
+    from xisa.golden import golden_paths, render_golden, write_golden
+
+    tree = stack.enter_context(gitrev.worktree_at(commit, ws.project.root))
+    head_specs = [tree / ws.project.display(p) for p in ws.project.spec_paths]
+    with gitrev.imports_from(tree, ws.project.root):
+        base_ws = open_workspace(cwd=tree, spec=head_specs if all(p.exists() for p in head_specs) else None)
+        chosen, cells = select_cells(base_ws, arch=arch, kernel=kernel)
+        errors: dict[str, str] = {}
+        for spec in {c.kernel.name: c.kernel for c in cells}.values():
+            outside = spec.module and gitrev.module_outside(spec.module, tree)
+            if outside:
+                for cell in (c for c in cells if c.kernel is spec):
+                    errors[cell.id] = (f"module {spec.module!r} resolves to {outside}, outside the base worktree "
+                                       "(an editable install of this checkout?)")
+        cells = [c for c in cells if c.id not in errors]
+        options = RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache)
+        with progress_reporter(len(cells)) as advance:
+            base_run = compile_cells(base_ws, chosen, cells, options=options, progress=advance)
+    base_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="xisa-base-goldens-"))) / "golden"
+    toolchains = base_run.toolchains()
+    for result in base_run.results:
+        if result.ok:
+            yaml_text, stream_text = render_golden(result, toolchain=toolchains[result.target], stream_file=True)
+            write_golden(*golden_paths(base_dir, result.kernel, result.case, result.target), yaml_text, stream_text)
+        else:
+            errors[result.id] = result.error or "compile failed"
+    base_dir.mkdir(parents=True, exist_ok=True)
+    return base_dir, errors
+
+
 @app.command()
 def diff(
-    base: Annotated[str, typer.Option("--base", help="Git revision to compare against, e.g. origin/main.")],
-    compile_base: Annotated[bool, typer.Option("--compile-base",
-                                               help="Compile the kernels at BASE in a temporary worktree.")] = False,
+    base: Annotated[str, typer.Option("--base", help="Git revision to judge against, e.g. origin/main.")],
+    compile_base: CompileBaseOption = False,
     arch: ArchOption = None, kernel: KernelOption = None, spec: SpecOption = None, scope: ScopeOption = None,
     fmt: FormatOption = Format.markdown, output: OutputOption = None, count: CountOption = None,
     jobs: JobsOption = 0, timeout: TimeoutOption = 600.0, no_cache: NoCacheOption = False,
+    quiet: QuietOption = False,
 ) -> None:
-    """This tree's cells against BASE's goldens (or BASE compiled): the PR comment."""
-    from xisa import gitrev
+    """The PR gate and its comment: this tree against BASE, judged by --scope (markdown by default).
 
-    _validate_scopes(scope)
-    ws = open_workspace(spec=spec)
-    run = _run(ws, arch, kernel, jobs, timeout, no_cache)
-    toolchain = describe_toolchain(backends=run.backends)
-    selected = {t.name for t in run.targets}
-    title = f"xisa: ISA against `{base}`"
-    if compile_base:
-        from xisa.golden import golden_paths, render_golden, write_golden
-
-        with gitrev.worktree_at(base, ws.project.root) as tree:
-            relative_specs = [ws.project.display(p) for p in ws.project.spec_paths]
-            base_ws = open_workspace(cwd=tree, spec=[tree / p for p in relative_specs])
-            base_run = _run(base_ws, arch, kernel, jobs, timeout, no_cache)
-            with tempfile.TemporaryDirectory(prefix="xisa-base-goldens-") as folder:
-                base_dir = Path(folder)
-                for result in base_run.results:
-                    if result.ok:
-                        yaml_text, stream_text = render_golden(result, toolchain=toolchain, command="base",
-                                                               stream_file=True)
-                        write_golden(*golden_paths(base_dir, result.kernel, result.case, result.target), yaml_text,
-                                     stream_text)
-                report = build_report(run.results, run.failures, golden_dir=base_dir, display_root=base_dir,
-                                      selected_targets=selected, kernel_filters=kernel, scopes=scope or [],
-                                      toolchain=toolchain)
-    else:
-        with gitrev.goldens_at(base, ws.project.golden_dir) as base_dir:
-            report = build_report(run.results, run.failures, golden_dir=base_dir, display_root=base_dir,
-                                  selected_targets=selected, kernel_filters=kernel, scopes=scope or [],
-                                  toolchain=toolchain)
-    _emit_report(report, fmt, output, counts=count or [], title=title, quiet=False)
-    raise typer.Exit(EXIT_UNTRUSTED if report.exit_code == EXIT_UNTRUSTED else EXIT_OK)
+    Exit 1 when a cell outside the scope changed, appeared or disappeared since BASE, or this tree's
+    goldens disagree with its compile; 2 when the result cannot be trusted; 0 otherwise. The same as
+    `xisa check --base BASE`."""
+    report = _gate(base, compile_base=compile_base, arch=arch, kernel=kernel, spec=spec, scope=scope, jobs=jobs,
+                   timeout=timeout, no_cache=no_cache)
+    _emit_report(report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet)
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()
