@@ -82,7 +82,7 @@ def parse_condition(value: Any, *, path: str, field: str) -> tuple[str | None, i
                     fix="use an int or a string like '>0', '>=4', '<=80', '!=0'")
 
 
-def check_key(key: str, *, path: str, field: str) -> None:
+def check_key(key: str, *, path: str | None, field: str) -> None:
     """A key must be a resource, a known class, a glob, or look like a mnemonic and not like a
     misspelt resource. Anything else could never fail (it would count 0), so it is refused."""
     if key in RESOURCE_KEYS:
@@ -101,7 +101,7 @@ def check_key(key: str, *, path: str, field: str) -> None:
         fix = (f"did you mean {resource[0]!r}?" if resource else
                f"a resource ({', '.join(RESOURCE_KEYS)}), class:NAME, or an instruction mnemonic or glob "
                "(e.g. v_cvt_pk_f32_fp8, 'v_wmma*', 'HMMA*')")
-        raise SpecError(f"unknown expectation key {key!r}: not a resource, a class or an instruction mnemonic",
+        raise SpecError(f"unknown key {key!r}: not a resource, a class:NAME or an instruction mnemonic",
                         path=path, field=field, fix=fix)
 
 

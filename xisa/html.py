@@ -17,22 +17,36 @@ import difflib
 import html
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from xisa.verdict import CHANGED, ERROR, EXPECT_FAILED, NEW, SAME, UNUSED, CellVerdict, CheckReport
 
 HTML_SCHEMA_VERSION = 1
 VERDICT_ORDER = (ERROR, EXPECT_FAILED, CHANGED, NEW, UNUSED, SAME)
 DIFF_CONTEXT = 3
-MAX_DIFF_ROWS = 4000           # per cell; beyond it the diff is cut with a note
+MAX_DIFF_ROWS = 1500           # per diff; beyond it the diff is cut with a note
+PAGE_DIFF_ROWS = 25_000        # per page: later cells get a note instead of a diff (the page stays a few MB)
 HISTOGRAM_ROWS = 40
 AUTO_OPEN_LIMIT = 5            # at most this many non-identical cells: open them on load
 RESOURCE_ROWS = ("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes", "occupancy",
                  "llvm_occupancy", "registers", "local_bytes", "stack_bytes", "shared_bytes", "kernarg_bytes")
 MATRIX_HINT = {SAME: "byte-identical", CHANGED: "changed", NEW: "new (no golden)", UNUSED: "unused golden",
                ERROR: "error", EXPECT_FAILED: "expectation failed"}
+EXIT_LABEL = {0: "pass", 1: "regression", 2: "untrusted"}
+
+# Register operands with their numbers abstracted, so a diff can align instructions whose registers
+# were only renumbered: amdgcn v12 -> vN, s[4:5] -> s[N:N+1], a[0:15] -> a[N:N+15]; SASS R12 -> RN,
+# UR4 -> URN, P0 -> PN, UP1 -> UPN, B0 -> BN (RZ, PT, URZ have no number and stay).
+_REGISTER_RANGE = re.compile(r"\b(v|s|a|ttmp)\[(\d+):(\d+)\]")
+_REGISTER = re.compile(r"\b(v|s|a|ttmp|UR|R|UP|P|B)\d+\b")
+
+
+def abstract_registers(line: str) -> str:
+    line = _REGISTER_RANGE.sub(lambda m: f"{m.group(1)}[N:N+{int(m.group(3)) - int(m.group(2))}]", line)
+    return _REGISTER.sub(lambda m: f"{m.group(1)}N", line)
 
 
 def _e(value: Any) -> str:
@@ -49,27 +63,45 @@ def _lines(text: str | None) -> list[str]:
     return text.splitlines() if text else []
 
 
-def _identical(n: int) -> str:
-    return f"{n} identical line{'s' if n != 1 else ''}"
+def _identical(n: int, renamed: int = 0) -> str:
+    text = f"{n} identical line{'s' if n != 1 else ''}"
+    return text + (f" ({renamed} differ only in register numbers)" if renamed else "")
 
 
 def stream_diff(base_text: str | None, head_text: str | None, *, context: int = DIFF_CONTEXT,
-                max_rows: int = MAX_DIFF_ROWS) -> dict[str, Any]:
-    """Side-by-side rows of the changed hunks: [tag, base_no, base_line, head_no, head_line];
-    tag is `eq`, `chg`, `del`, `ins` or `gap` (a run of identical lines left out)."""
+                max_rows: int = MAX_DIFF_ROWS, key: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Side-by-side rows of the changed hunks: [tag, base_no, base_line, head_no, head_line]; tag is
+    `eq` (head_line is null: the same text), `ren` (equal under `key`, e.g. registers abstracted,
+    but not as written), `chg`, `del`, `ins` or `gap` (a run of equal lines left out).
+    With `key` the lines are aligned by their keys: a renumbering costs no changed line."""
     base, head = _lines(base_text), _lines(head_text)
-    matcher = difflib.SequenceMatcher(None, base, head, autojunk=False)
+    if key is None:
+        base_keys, head_keys = base, head
+    else:
+        base_keys, head_keys = [key(line) for line in base], [key(line) for line in head]
+    matcher = difflib.SequenceMatcher(None, base_keys, head_keys, autojunk=False)
+    renamed_total = 0
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal" and key is not None:
+            renamed_total += sum(base[i] != head[j] for i, j in zip(range(i1, i2), range(j1, j2)))
     rows: list[list[Any]] = []
     added = removed = 0
-    last_base = 0
+    last_base = last_head = 0
     truncated = False
+
+    def gap(i1: int, i2: int, j1: int) -> None:
+        renamed = sum(base[i] != head[j] for i, j in zip(range(i1, i2), range(j1, j1 + i2 - i1)))
+        rows.append(["gap", None, _identical(i2 - i1, renamed), None, ""])
+
     for group in matcher.get_grouped_opcodes(context):
-        first_base = group[0][1]
+        first_base, first_head = group[0][1], group[0][3]
         if first_base > last_base:
-            rows.append(["gap", None, _identical(first_base - last_base), None, ""])
+            gap(last_base, first_base, last_head)
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                rows.extend(["eq", i + 1, base[i], j + 1, head[j]] for i, j in zip(range(i1, i2), range(j1, j2)))
+                for i, j in zip(range(i1, i2), range(j1, j2)):
+                    rows.append(["eq", i + 1, base[i], j + 1, None] if base[i] == head[j] else
+                                ["ren", i + 1, base[i], j + 1, head[j]])
             elif tag == "replace":
                 removed += i2 - i1
                 added += j2 - j1
@@ -83,14 +115,14 @@ def stream_diff(base_text: str | None, head_text: str | None, *, context: int = 
             else:
                 added += j2 - j1
                 rows.extend(["ins", None, "", j + 1, head[j]] for j in range(j1, j2))
-        last_base = group[-1][2]
+        last_base, last_head = group[-1][2], group[-1][4]
         if len(rows) > max_rows:
             truncated = True
             rows = rows[:max_rows]
             break
     if not truncated and rows and last_base < len(base):
-        rows.append(["gap", None, _identical(len(base) - last_base), None, ""])
-    return {"rows": rows, "added": added, "removed": removed, "truncated": truncated,
+        gap(last_base, len(base), last_head)
+    return {"rows": rows, "added": added, "removed": removed, "renamed": renamed_total, "truncated": truncated,
             "base_lines": len(base), "head_lines": len(head)}
 
 
@@ -121,7 +153,21 @@ def _instructions(v: CellVerdict) -> tuple[int | None, int | None]:
     return base, head
 
 
-def _cell_data(v: CellVerdict) -> dict[str, Any]:
+class _DiffBudget:
+    """Diff rows the page may still hold; cells past it get a note instead of a diff."""
+
+    def __init__(self, rows: int):
+        self.left = rows
+
+    def take(self, rows: int) -> bool:
+        if rows > self.left:
+            self.left = 0       # keep the order of the page: no later, smaller diff jumps the queue
+            return False
+        self.left -= rows
+        return True
+
+
+def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, Any]:
     base_n, head_n = _instructions(v)
     data: dict[str, Any] = {
         "id": v.id, "verdict": v.verdict, "in_scope": v.in_scope, "message": v.message, "golden": v.golden_file,
@@ -132,13 +178,23 @@ def _cell_data(v: CellVerdict) -> dict[str, Any]:
         "resources": _resources(v),
         "histogram": _histogram(v),
         "histogram_kind": "delta" if v.delta is not None else ("head" if v.base is None else "base"),
-        "binding_changed": bool(v.delta and v.delta.binding_changed),
-        "diff": None,
+        "binding": [[key, b, h] for key, b, h in v.delta.binding] if v.delta else [],
+        "diff": None, "register_diff": None,
     }
     base_stream = v.base.stream_text if v.base else None
     head_stream = v.head.analysis.stream_text if v.head and v.head.analysis else None
     if base_stream is not None and head_stream is not None and base_stream != head_stream:
-        data["diff"] = stream_diff(base_stream, head_stream)
+        exact = stream_diff(base_stream, head_stream)
+        aligned = stream_diff(base_stream, head_stream, key=abstract_registers)
+        if not aligned["renamed"]:
+            aligned = None          # no line differs only in register numbers: the exact diff says it all
+        budget = budget or _DiffBudget(PAGE_DIFF_ROWS)
+        if budget.take(len(exact["rows"]) + (len(aligned["rows"]) if aligned else 0)):
+            data["diff"], data["register_diff"] = exact, aligned
+        else:
+            data["diff_note"] = (f"diff left out: this page holds at most {PAGE_DIFF_ROWS} diff rows; "
+                                 f"`xisa report --html FILE --arch {v.target} --kernel {v.kernel}:{v.case}` "
+                                 "makes a page with this cell's diff")
     elif v.verdict == CHANGED and base_stream is None:
         data["diff_note"] = "the golden has no stream file (stream_files = false): no diff to show"
     return data
@@ -154,8 +210,13 @@ def _fmt_delta(base: int | None, head: int | None) -> str:
     return f"{head - base:+d}"
 
 
-def render_html(report: CheckReport, *, title: str = "xisa report") -> str:
+def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: int | None = None,
+                exit_note: str = "", accept: list[str] | None = None) -> str:
+    """`exit_code` is what the command exits with (the report's own verdict unless the command's
+    policy differs, as a comparison with --base does); `exit_note` says why, `accept` how to bless."""
     verdicts = list(report.verdicts)
+    code = report.exit_code if exit_code is None else exit_code
+    budget = _DiffBudget(PAGE_DIFF_ROWS)
     index = {v.id: i for i, v in enumerate(verdicts)}
     targets = sorted({v.target for v in verdicts})
     rows = sorted({(v.kernel, v.case) for v in verdicts})
@@ -176,9 +237,10 @@ def render_html(report: CheckReport, *, title: str = "xisa report") -> str:
     from xisa.report import summary_line
 
     w(f"<p class=\"summary\" id=\"summary\">{_e(summary_line(report))}</p>\n")
-    exit_label = {0: "pass", 1: "regression", 2: "untrusted"}.get(report.exit_code, str(report.exit_code))
-    w(f"<p class=\"meta\">exit code <b id=\"exit-code\" class=\"exit-{report.exit_code}\">{report.exit_code} "
-      f"({_e(exit_label)})</b> · toolchain "
+    exit_label = EXIT_LABEL.get(code, str(code))
+    w(f"<p class=\"meta\">exit code <b id=\"exit-code\" class=\"exit-{code}\">{code} "
+      f"({_e(exit_label)})</b>" + (f" <span id=\"exit-note\">({_e(exit_note)})</span>" if exit_note else "")
+      + " · toolchain "
       + ", ".join(f"{_e(k)} <code>{_e(val)}</code>" for k, val in sorted(report.toolchain.items()))
       + (" · scopes " + ", ".join(f"<code>{_e(s)}</code>" for s in report.scopes) if report.scopes else
          " · no scope declared")
@@ -190,6 +252,9 @@ def render_html(report: CheckReport, *, title: str = "xisa report") -> str:
         w("<p class=\"problem\" id=\"isolation\">isolation violated: "
           + ", ".join(f"<a href=\"#open={_e(v.id)}\">{_e(v.id)}</a>" for v in report.isolation_violations)
           + "</p>\n")
+    if accept:
+        w("<div class=\"accept\" id=\"accept\">to accept these goldens: "
+          + "".join(f"<pre>{_e(command)}</pre>" for command in accept) + "</div>\n")
     w("</header>\n")
 
     # filter bar
@@ -254,9 +319,10 @@ def render_html(report: CheckReport, *, title: str = "xisa report") -> str:
               f"data-verdict=\"{_e(v.verdict)}\"{' open' if v.id in auto_open else ''}>"
               f"<summary><span class=\"tag v-{_e(v.verdict)}\">{_e(v.verdict)}{_e(extra)}</span> "
               f"<code>{_e(v.id)}</code> <span class=\"muted\">{_e(counts_text)} instructions</span>"
-              + (f" <span class=\"muted\">— {_e(v.message)}</span>" if v.message and v.verdict != SAME else "")
+              + (f" <span class=\"muted\">— {_e(v.message.splitlines()[0])}</span>"
+                 if v.message and v.verdict != SAME else "")
               + f"</summary><div class=\"body\"></div>"
-              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v))}</script>"
+              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v, budget))}</script>"
               f"</details>\n")
         w("</details>\n")
 
@@ -328,6 +394,12 @@ table.diff{border-collapse:collapse;width:100%;table-layout:fixed;margin-top:.4e
 .diff tr.chg td.l,.diff tr.del td.l{background:#ffd7d5}.diff tr.chg td.r,.diff tr.ins td.r{background:#ccf5d3}
 .diff tr.gap td{background:#f0f3f8;color:#667;text-align:center;font-style:italic}
 .diff th{background:#f4f4f4;text-align:left;padding:2px 6px}
+.diff tr.ren td.l,.diff tr.ren td.r{background:#f6f1ff;color:#555}
+.tabs{margin:.4em 0 0}.tab{border:1px solid var(--border);background:#f4f4f4;padding:.2em .7em;cursor:pointer;
+margin-right:.3em;border-radius:3px 3px 0 0}.tab.active{background:#fff;border-bottom-color:#fff;font-weight:600}
+pre.message{background:#fff5f5;border-left:4px solid #c00;padding:.3em .6em;white-space:pre;overflow:auto}
+.accept{margin:.3em 0}.accept pre{display:inline-block;margin:.1em .4em;padding:.1em .5em;background:#f4f4f4;
+border:1px solid var(--border);border-radius:3px;white-space:pre-wrap}
 .hidden{display:none!important}footer{margin-top:2em;color:var(--muted);font-size:12px}
 """
 
@@ -362,33 +434,53 @@ function renderHistogram(data){
     if(r[2]!==null){var c=el("span","bar head");c.style.width=(100*r[2]/max)+"%";c.title="head "+r[2];bars.appendChild(c);}
     tr.appendChild(bars);});
   wrap.appendChild(t);return wrap;}
-function renderDiff(diff){
+function renderDiffTable(diff){
   var wrap=el("div","diff-wrap");
-  wrap.appendChild(el("div","muted","normalized instruction stream: "+diff.removed+" lines removed, "+diff.added+
-    " added ("+diff.base_lines+" → "+diff.head_lines+" lines)"+(diff.truncated?"; cut after the first rows":"")));
   var t=el("table","diff");var cg=el("colgroup");["no","","no",""].forEach(function(c){var col=el("col");if(c)col.className=c;cg.appendChild(col);});
   t.appendChild(cg);var h=t.insertRow();h.appendChild(el("th",null,""));h.appendChild(el("th",null,"golden"));
   h.appendChild(el("th",null,""));h.appendChild(el("th",null,"head"));
   diff.rows.forEach(function(r){var tr=t.insertRow();tr.className=r[0];
     if(r[0]==="gap"){var g=el("td",null,"… "+r[2]+" …");g.colSpan=4;tr.appendChild(g);return;}
     tr.appendChild(el("td","no",r[1]===null?"":r[1]));tr.appendChild(el("td","l",r[2]));
-    tr.appendChild(el("td","no",r[3]===null?"":r[3]));tr.appendChild(el("td","r",r[4]));});
+    tr.appendChild(el("td","no",r[3]===null?"":r[3]));tr.appendChild(el("td","r",r[4]===null?r[2]:r[4]));});
+  if(diff.truncated)wrap.appendChild(el("div","muted","cut after the first "+diff.rows.length+" rows"));
+  wrap.insertBefore(t,wrap.firstChild);return wrap;}
+function diffSummary(diff){return diff.removed+" lines removed, "+diff.added+" added ("+diff.base_lines+" → "+
+  diff.head_lines+" lines)"+(diff.renamed?"; "+diff.renamed+" more differ only in register numbers":"");}
+function renderDiffs(data){
+  var wrap=el("div","diffs");var views=[];
+  if(data.register_diff)views.push({key:"registers",label:"registers abstracted: "+diffSummary(data.register_diff),diff:data.register_diff});
+  views.push({key:"exact",label:"exact: "+diffSummary(data.diff),diff:data.diff});
+  var bar=el("div","tabs");wrap.appendChild(bar);var bodies=[];
+  views.forEach(function(v,i){var b=el("button","tab"+(i===0?" active":""),v.label);b.type="button";b.dataset.view=v.key;bar.appendChild(b);
+    var body=renderDiffTable(v.diff);body.dataset.view=v.key;if(i>0)body.classList.add("hidden");bodies.push(body);wrap.appendChild(body);
+    b.addEventListener("click",function(){Array.prototype.forEach.call(bar.children,function(x){x.classList.toggle("active",x===b);});
+      bodies.forEach(function(x){x.classList.toggle("hidden",x.dataset.view!==v.key);});});});
+  wrap.insertBefore(el("div","muted","normalized instruction stream, golden vs head"+(views.length>1?
+    " (registers abstracted: v12 → vN, s[4:5] → s[N:N+1], R12 → RN, so renumbered registers align)":"")),bar);
+  return wrap;}
+function renderBinding(data){
+  var wrap=el("div");wrap.appendChild(el("div","muted","launch binding: golden vs head (what differs)"));
+  var t=el("table","res binding");var h=t.insertRow();["field","golden","head"].forEach(function(x){h.appendChild(el("th",null,x));});
+  data.binding.forEach(function(r){var tr=t.insertRow();tr.className="moved";tr.appendChild(el("td",null,r[0]));
+    tr.appendChild(el("td",null,r[1]===null?"(none)":JSON.stringify(r[1])));tr.appendChild(el("td",null,r[2]===null?"(none)":JSON.stringify(r[2])));});
   wrap.appendChild(t);return wrap;}
 function render(d){
   if(d.dataset.rendered)return;var data=dataOf(d);if(!data)return;d.dataset.rendered="1";
   var body=d.querySelector(".body");
   var info=el("div","muted","instructions "+fmt(data.instructions[0])+" → "+fmt(data.instructions[1])+
     " · golden "+(data.golden||"–")+" · sha256 "+(data.base_sha256?data.base_sha256.slice(0,16):"–")+" → "+
-    (data.head_sha256?data.head_sha256.slice(0,16):"–")+(data.binding_changed?" · the binding (signature/attrs) changed":""));
+    (data.head_sha256?data.head_sha256.slice(0,16):"–"));
   body.appendChild(info);
-  if(data.message)body.appendChild(el("p",null,data.message));
+  if(data.message)body.appendChild(el(data.message.indexOf("\n")>=0?"pre":"p","message",data.message));
   data.expectations.forEach(function(x){body.appendChild(el("p","problem","expectation failed: "+x));});
   if(data.verdict==="same"){body.appendChild(el("p","muted","byte-identical to the golden"));}
   var cols=el("div","cols");
   if(data.resources.length)cols.appendChild(renderResources(data));
+  if(data.binding.length)cols.appendChild(renderBinding(data));
   if(data.verdict!=="same"&&(data.histogram.length||data.histogram_kind==="delta"))cols.appendChild(renderHistogram(data));
   body.appendChild(cols);
-  if(data.diff)body.appendChild(renderDiff(data.diff));
+  if(data.diff)body.appendChild(renderDiffs(data));
   else if(data.diff_note)body.appendChild(el("p","muted",data.diff_note));
 }
 var details=Array.prototype.slice.call(document.querySelectorAll("details.cell-detail"));
