@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 
 from xisa.analyze.model import Analysis
 from xisa.golden import Golden
-from xisa.html import render_html, stream_diff, write_html
+from xisa.html import abstract_registers, render_html, stream_diff, write_html
 from xisa.result import CellResult
 from xisa.verdict import CHANGED, SAME, CellVerdict, CheckReport, compute_delta
 
@@ -99,6 +100,74 @@ def test_a_thousand_cells_stay_light(tmp_path):
     assert out.read_text() == page and not list(tmp_path.glob(".big.html.*"))
 
 
+def _renumbered(n: int, *, shift: int, twists: tuple[int, ...] = (), unroll: bool = False) -> str:
+    """A stream whose registers are all renumbered by `shift`, with the instructions at `twists` changed;
+    `unroll`: every line the same but for its registers (an unrolled loop)."""
+    lines = ["bb0:"]
+    for i in range(n):
+        op = "v_mul_f32" if i in twists else "v_add_f32"
+        lines.append(f"  {op} v{i + shift}, s[{2 * i + shift}:{2 * i + shift + 1}], {1.0 if unroll else i}")
+    return "\n".join(lines) + "\n"
+
+
+def test_register_abstracted_diff_shows_only_the_changed_instructions():
+    base, head = _renumbered(200, shift=0), _renumbered(200, shift=3, twists=(50, 150))
+    exact = stream_diff(base, head)
+    aligned = stream_diff(base, head, key=abstract_registers)
+    assert exact["removed"] == exact["added"] == 200                      # every line differs as written
+    assert aligned["removed"] == aligned["added"] == 2 and aligned["renamed"] == 198
+    changed = [row for row in aligned["rows"] if row[0] == "chg"]
+    assert [(row[1], row[3]) for row in changed] == [(52, 52), (152, 152)]
+    assert "v_add_f32 v50," in changed[0][2] and "v_mul_f32 v53," in changed[0][4]
+    # An unrolled loop (lines equal but for registers): still two lines each way, not 200.
+    unrolled = stream_diff(_renumbered(200, shift=0, unroll=True), _renumbered(200, shift=3, twists=(50, 150),
+                                                                             unroll=True), key=abstract_registers)
+    assert unrolled["removed"] == unrolled["added"] == 2
+    assert abstract_registers("  v_add_f32 v12, s[4:5], a[0:15]") == "  v_add_f32 vN, s[N:N+1], a[N:N+15]"
+    assert abstract_registers("  @P0 HMMA.16816.F32 R12, UR4, RZ, UP1, PT") == "  @PN HMMA.16816.F32 RN, URN, RZ, UPN, PT"
+    v = _verdict("k", "c", "gfx942", changed=True)
+    v.base.stream_text, v.head.analysis.stream_text = base, head
+    page = render_html(_report([v]))
+    blob = json.loads(re.search(r'class="cell-data">(.*?)</script>', page).group(1))
+    assert blob["register_diff"]["removed"] == 2 and blob["diff"]["removed"] == 200
+    # Without renumbering there is nothing to abstract: one diff only.
+    assert json.loads(re.search(r'class="cell-data">(.*?)</script>', render_html(
+        _report([_verdict("k", "c", "gfx942", changed=True)]))).group(1))["register_diff"] is None
+
+
+def test_binding_differences_are_shown():
+    v = _verdict("k", "c", "gfx942", changed=True)
+    v.base.data.update(binding={"signature": {"x_ptr": "*fp16"}, "constexprs": {"BLOCK": 64}, "attrs": {}},
+                       options={"num_warps": 4})
+    v.head.binding = {"signature": {"x_ptr": "*bf16"}, "constexprs": {"BLOCK": 64}, "attrs": {}}
+    v.head.options = {"num_warps": 8}
+    v.delta = compute_delta(v.base.data, v.head)
+    blob = json.loads(re.search(r'class="cell-data">(.*?)</script>', render_html(_report([v]))).group(1))
+    assert blob["binding"] == [["signature.x_ptr", "*fp16", "*bf16"], ["options.num_warps", 4, 8]]
+
+
+def test_the_page_stays_bounded_with_many_changed_cells(tmp_path):
+    """116 changed cells whose every line changed: the diffs stop at the page budget, with a note."""
+    from xisa.html import PAGE_DIFF_ROWS
+
+    verdicts = []
+    for i in range(116):
+        v = _verdict(f"k{i // 8}", f"c{i % 8}", "gfx942", changed=True)
+        v.base.stream_text = _renumbered(600, shift=0)
+        v.head.analysis.stream_text = "bb0:\n" + "".join(f"  v_sub_f32 v{j}, v{j}, 2.0\n" for j in range(600))
+        verdicts.append(v)
+    page = render_html(_report(verdicts))
+    blobs = [json.loads(b) for b in re.findall(r'class="cell-data">(.*?)</script>', page)]
+    rows = sum(len(b["diff"]["rows"]) + len((b["register_diff"] or {"rows": []})["rows"]) for b in blobs if b["diff"])
+    assert 0 < rows <= PAGE_DIFF_ROWS
+    left_out = [b for b in blobs if b["diff"] is None]
+    assert left_out and all("diff left out" in b["diff_note"] and f"--kernel {b['id'].split('@')[0]}" in b["diff_note"]
+                            for b in left_out)
+    # Every cell keeps its histogram and resources; the size is the diffs' budget, not the cells' streams.
+    assert all(b["histogram"] and b["resources"] for b in blobs)
+    assert len(page) < PAGE_DIFF_ROWS * 200 + 116 * 10_000, len(page)
+
+
 def test_report_against_a_git_revision(run_xisa, tinyproj, tmp_path):
     assert run_xisa("bless", cwd=tinyproj).code == 0
     _git(tinyproj, "init", "-q")
@@ -115,6 +184,12 @@ def test_report_against_a_git_revision(run_xisa, tinyproj, tmp_path):
     assert "<title>xisa: ISA against HEAD</title>" in text
     assert 'class="cell v-changed in-scope" data-cell="scale:big@gfx1100"' in text
     assert "isolation violated" not in text
+    # Out of scope the cells violate isolation, yet the command exits 0: the page says what it exited with.
+    out = run_xisa("report", "--html", str(page), "--base", "HEAD", cwd=tinyproj)
+    text = page.read_text()
+    assert out.code == 0 and "isolation violated" in text
+    assert re.search(r'exit code <b id="exit-code" class="exit-0">0 \(pass\)</b> <span id="exit-note">', text)
+    assert "regression" not in text
     bad = run_xisa("report", "--html", str(page), "--base", "no-such-rev", cwd=tinyproj)
     assert bad.code == 2 and "no-such-rev" not in page.read_text()
 
@@ -154,7 +229,7 @@ def test_report_page_in_headless_chromium(run_xisa, tinyproj, tmp_path):
     page = tmp_path / "out" / "report.html"
     out = run_xisa("report", "--html", str(page), cwd=tinyproj)
     assert out.code == 1, out.err                            # same verdict as `xisa check`: isolation violated
-    assert "changed: gfx1100 (2 cells)" in out.out and f"wrote {page}" in out.err
+    assert "gfx1100: 2 changed, 1 byte-identical" in out.out and f"wrote {page}" in out.err
     text = page.read_text()
     assert "<script src" not in text and "http" not in text.replace("http-equiv", "")
 

@@ -63,14 +63,18 @@ def test_summary_lists_each_target_once():
 
 def test_accept_commands_name_exactly_the_changed_cells():
     verdicts = [_verdict("scale", "big", "gfx1100", CHANGED), _verdict("scale", "small", "gfx1100", CHANGED),
-                _verdict("dot", "f16", "gfx1100", SAME),
+                _verdict("scale", "mid", "gfx1100", SAME), _verdict("gemm", "a", "gfx1100", CHANGED),
+                _verdict("gemm", "b", "gfx1100", NEW), _verdict("dot", "f16", "gfx1100", SAME),
                 _verdict("scale", "big", "gfx1201", CHANGED), _verdict("scale", "small", "gfx1201", CHANGED),
+                _verdict("scale", "mid", "gfx1201", SAME), _verdict("gemm", "a", "gfx1201", CHANGED),
+                _verdict("gemm", "b", "gfx1201", CHANGED),
                 _verdict("dot", "f16", "gfx942", NEW), _verdict("gone", "c", "gfx942", UNUSED),
                 _verdict("dot", "old", "gfx942", UNUSED), _verdict("dot", "f16", "sm_90", ERROR)]
-    commands = accept_commands(_report(verdicts), kernels={"scale", "dot"})
+    commands = accept_commands(_report(verdicts), kernels={"scale", "dot", "gemm"})
     assert commands == [
-        # gfx1100 and gfx1201 accept the same two cells: one command; dot:f16@gfx1100 is not named.
-        "xisa bless --arch gfx1100 --arch gfx1201 --kernel scale:big --kernel scale:small",
+        # gfx1100 and gfx1201 accept the same cells: one command. Every gemm case: the kernel; scale:mid and
+        # dot:f16 stay as they are.
+        "xisa bless --arch gfx1100 --arch gfx1201 --kernel gemm --kernel scale:big --kernel scale:small",
         # every cell selected on gfx942 is to be accepted: the target with the check's own filters (none),
         # which also removes the golden of the kernel that no longer exists
         "xisa bless --arch gfx942",
@@ -79,7 +83,7 @@ def test_accept_commands_name_exactly_the_changed_cells():
     orphan = [_verdict("scale", "big", "gfx1100", CHANGED), _verdict("dot", "f16", "gfx1100", SAME),
               _verdict("gone", "c", "gfx1100", UNUSED)]
     assert accept_commands(_report(orphan), kernels={"scale", "dot"}) == [
-        "xisa bless --arch gfx1100 --kernel scale:big",
+        "xisa bless --arch gfx1100 --kernel scale",
         "rm -f golden/gone/c/gfx1100.yaml golden/gone/c/gfx1100.isa"]
     # A check narrowed by --kernel: the whole-target form keeps that filter, so no other cell is touched.
     narrowed = [_verdict("scale", "big", "gfx1100", CHANGED), _verdict("scale", "small", "gfx1100", CHANGED)]
@@ -98,7 +102,7 @@ def test_check_says_how_to_accept_and_the_command_accepts_exactly_that(run_xisa,
     gfx11_branch_change(tinyproj)
     out = run_xisa("check", "-q", cwd=tinyproj)
     assert out.code == 1
-    command = "xisa bless --arch gfx1100 --kernel scale:big --kernel scale:small"
+    command = "xisa bless --arch gfx1100 --kernel scale"       # scale's every case changed there; dot did not
     assert f"to accept: {command}" in out.out
     md = run_xisa("check", "--format", "markdown", cwd=tinyproj)
     assert f"```sh\n{command}\n```" in md.out

@@ -27,8 +27,8 @@ from xisa.verdict import CHANGED, ERROR, EXPECT_FAILED, NEW, SAME, UNUSED, CellV
 HTML_SCHEMA_VERSION = 1
 VERDICT_ORDER = (ERROR, EXPECT_FAILED, CHANGED, NEW, UNUSED, SAME)
 DIFF_CONTEXT = 3
-MAX_DIFF_ROWS = 1500           # per diff; beyond it the diff is cut with a note
-PAGE_DIFF_ROWS = 25_000        # per page: later cells get a note instead of a diff (the page stays a few MB)
+MAX_DIFF_ROWS = 200            # per diff; beyond it the diff is cut with a note (the .isa files hold it all)
+PAGE_DIFF_ROWS = 30_000        # per page: later cells get a note instead of a diff (the page stays a few MB)
 HISTOGRAM_ROWS = 40
 AUTO_OPEN_LIMIT = 5            # at most this many non-identical cells: open them on load
 RESOURCE_ROWS = ("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes", "occupancy",
@@ -68,6 +68,115 @@ def _identical(n: int, renamed: int = 0) -> str:
     return text + (f" ({renamed} differ only in register numbers)" if renamed else "")
 
 
+MAX_EDIT_DISTANCE = 500       # Myers' search stops here: a larger change is aligned by difflib instead
+
+
+def _myers(a: list[int], b: list[int], max_d: int) -> list[tuple[str, int, int, int, int]] | None:
+    """Opcodes of a shortest edit script (Myers 1986, as git diffs): on repetitive code, where
+    difflib's longest-block matching pairs the wrong copies of a line, it keeps a two-line change
+    two lines. None when more than `max_d` lines must change."""
+    n, m = len(a), len(b)
+    v = {1: 0}
+    trace = []
+    for d in range(max_d + 1):
+        trace.append(dict(v))
+        for k in range(-d, d + 1, 2):
+            x = v[k + 1] if k == -d or (k != d and v[k - 1] < v[k + 1]) else v[k - 1] + 1
+            y = x - k
+            while x < n and y < m and a[x] == b[y]:
+                x, y = x + 1, y + 1
+            v[k] = x
+            if x >= n and y >= m:
+                return _opcodes_from_trace(trace, n, m)
+    return None
+
+
+def _opcodes_from_trace(trace: list[dict[int, int]], n: int, m: int) -> list[tuple[str, int, int, int, int]]:
+    steps = []              # (kind, i, j) backwards: kind "=" (a[i] == b[j]), "-" (a[i] gone), "+" (b[j] new)
+    x, y = n, m
+    for d in range(len(trace) - 1, -1, -1):
+        v, k = trace[d], x - y
+        prev_k = k + 1 if k == -d or (k != d and v[k - 1] < v[k + 1]) else k - 1
+        prev_x = v[prev_k]
+        prev_y = prev_x - prev_k
+        while x > prev_x and y > prev_y:
+            x, y = x - 1, y - 1
+            steps.append(("=", x, y))
+        if d > 0:
+            steps.append(("+", x, prev_y) if x == prev_x else ("-", prev_x, y))
+            x, y = prev_x, prev_y
+    steps.reverse()
+    opcodes: list[tuple[str, int, int, int, int]] = []
+    i = j = 0
+    for kind, _, _ in steps:
+        equal = kind == "="
+        di, dj = (1, 1) if equal else ((1, 0) if kind == "-" else (0, 1))
+        tag = "equal" if equal else "replace"
+        if opcodes and (opcodes[-1][0] == "equal") == equal:
+            t, i1, _, j1, _ = opcodes[-1]
+            opcodes[-1] = (t, i1, i + di, j1, j + dj)
+        else:
+            opcodes.append((tag, i, i + di, j, j + dj))
+        i, j = i + di, j + dj
+    return [(("delete" if j1 == j2 else "insert" if i1 == i2 else tag), i1, i2, j1, j2)
+            for tag, i1, i2, j1, j2 in opcodes]
+
+
+def _diff_opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
+    ids: dict[str, int] = {}
+    ai = [ids.setdefault(line, len(ids)) for line in a]
+    bi = [ids.setdefault(line, len(ids)) for line in b]
+    ops = _myers(ai, bi, MAX_EDIT_DISTANCE)
+    if ops is None:
+        ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    return ops or [("equal", 0, 0, 0, 0)]
+
+
+def _score(opcodes, base: list[str], head: list[str]) -> tuple[int, int]:
+    changed = sum(i2 - i1 + j2 - j1 for tag, i1, i2, j1, j2 in opcodes if tag != "equal")
+    renamed = sum(base[i] != head[j] for tag, i1, i2, j1, j2 in opcodes if tag == "equal"
+                  for i, j in zip(range(i1, i2), range(j1, j2)))
+    return changed, renamed
+
+
+def _realign(opcodes, base: list[str], head: list[str], key: Callable[[str], str]):
+    """Within each changed block of the exact diff, align again by `key`: lines equal as written
+    stay anchors, so a repeated line is never paired with the wrong copy of itself."""
+    out: list[tuple[str, int, int, int, int]] = []
+    for tag, i1, i2, j1, j2 in opcodes:
+        pieces = [(tag, i1, i2, j1, j2)]
+        if tag == "replace":
+            sub = _diff_opcodes([key(line) for line in base[i1:i2]], [key(line) for line in head[j1:j2]])
+            pieces = [(t, i1 + a1, i1 + a2, j1 + b1, j1 + b2) for t, a1, a2, b1, b2 in sub if a1 != a2 or b1 != b2]
+        for piece in pieces:
+            if out and out[-1][0] == piece[0] == "equal":
+                out[-1] = ("equal", out[-1][1], piece[2], out[-1][3], piece[4])
+            else:
+                out.append(piece)
+    return out
+
+
+def _grouped(opcodes: list[tuple[str, int, int, int, int]], context: int):
+    """Changed hunks with `context` equal lines around them (difflib's get_grouped_opcodes)."""
+    codes = list(opcodes)
+    if codes[0][0] == "equal":
+        tag, i1, i2, j1, j2 = codes[0]
+        codes[0] = tag, max(i1, i2 - context), i2, max(j1, j2 - context), j2
+    if codes[-1][0] == "equal":
+        tag, i1, i2, j1, j2 = codes[-1]
+        codes[-1] = tag, i1, min(i2, i1 + context), j1, min(j2, j1 + context)
+    group: list = []
+    for tag, i1, i2, j1, j2 in codes:
+        if tag == "equal" and i2 - i1 > 2 * context:
+            group.append((tag, i1, min(i2, i1 + context), j1, min(j2, j1 + context)))
+            yield group
+            group = []
+            i1, j1 = max(i1, i2 - context), max(j1, j2 - context)
+        group.append((tag, i1, i2, j1, j2))
+    if group and not (len(group) == 1 and group[0][0] == "equal"):
+        yield group
+
+
 def stream_diff(base_text: str | None, head_text: str | None, *, context: int = DIFF_CONTEXT,
                 max_rows: int = MAX_DIFF_ROWS, key: Callable[[str], str] | None = None) -> dict[str, Any]:
     """Side-by-side rows of the changed hunks: [tag, base_no, base_line, head_no, head_line]; tag is
@@ -75,13 +184,15 @@ def stream_diff(base_text: str | None, head_text: str | None, *, context: int = 
     but not as written), `chg`, `del`, `ins` or `gap` (a run of equal lines left out).
     With `key` the lines are aligned by their keys: a renumbering costs no changed line."""
     base, head = _lines(base_text), _lines(head_text)
-    if key is None:
-        base_keys, head_keys = base, head
-    else:
-        base_keys, head_keys = [key(line) for line in base], [key(line) for line in head]
-    matcher = difflib.SequenceMatcher(None, base_keys, head_keys, autojunk=False)
+    opcodes = _diff_opcodes(base, head)
+    if key is not None:
+        # Two alignments by key: inside the exact diff's changed blocks (exact matches stay anchors, so a
+        # repeated line is not paired with the wrong copy), or over the whole stream (when renumbering
+        # left only chance exact matches). The one with fewer changed lines, then fewer renamed, wins.
+        whole = _diff_opcodes([key(line) for line in base], [key(line) for line in head])
+        opcodes = min((_realign(opcodes, base, head, key), whole), key=lambda ops: _score(ops, base, head))
     renamed_total = 0
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal" and key is not None:
             renamed_total += sum(base[i] != head[j] for i, j in zip(range(i1, i2), range(j1, j2)))
     rows: list[list[Any]] = []
@@ -93,7 +204,7 @@ def stream_diff(base_text: str | None, head_text: str | None, *, context: int = 
         renamed = sum(base[i] != head[j] for i, j in zip(range(i1, i2), range(j1, j1 + i2 - i1)))
         rows.append(["gap", None, _identical(i2 - i1, renamed), None, ""])
 
-    for group in matcher.get_grouped_opcodes(context):
+    for group in _grouped(opcodes, context):
         first_base, first_head = group[0][1], group[0][3]
         if first_base > last_base:
             gap(last_base, first_base, last_head)
@@ -167,6 +278,12 @@ class _DiffBudget:
         return True
 
 
+def _left_out(v: CellVerdict) -> str:
+    return (f"diff left out: this page holds at most {PAGE_DIFF_ROWS} diff rows; "
+            f"`xisa report --html FILE --arch {v.target} --kernel {v.kernel}:{v.case}` makes a page with this "
+            "cell's diff")
+
+
 def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, Any]:
     base_n, head_n = _instructions(v)
     data: dict[str, Any] = {
@@ -183,7 +300,10 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, A
     }
     base_stream = v.base.stream_text if v.base else None
     head_stream = v.head.analysis.stream_text if v.head and v.head.analysis else None
-    if base_stream is not None and head_stream is not None and base_stream != head_stream:
+    if base_stream is not None and head_stream is not None and base_stream != head_stream and budget \
+            and not budget.left:
+        data["diff_note"] = _left_out(v)
+    elif base_stream is not None and head_stream is not None and base_stream != head_stream:
         exact = stream_diff(base_stream, head_stream)
         aligned = stream_diff(base_stream, head_stream, key=abstract_registers)
         if not aligned["renamed"]:
@@ -192,9 +312,7 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, A
         if budget.take(len(exact["rows"]) + (len(aligned["rows"]) if aligned else 0)):
             data["diff"], data["register_diff"] = exact, aligned
         else:
-            data["diff_note"] = (f"diff left out: this page holds at most {PAGE_DIFF_ROWS} diff rows; "
-                                 f"`xisa report --html FILE --arch {v.target} --kernel {v.kernel}:{v.case}` "
-                                 "makes a page with this cell's diff")
+            data["diff_note"] = _left_out(v)
     elif v.verdict == CHANGED and base_stream is None:
         data["diff_note"] = "the golden has no stream file (stream_files = false): no diff to show"
     return data

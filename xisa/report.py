@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import shlex
 from collections import defaultdict
 from typing import Any
@@ -201,8 +202,16 @@ def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_ar
             for flt in kernel_filters or []:
                 words += ["--kernel", flt]
         else:
-            named = sorted(c for c in cases if not all(f"{c}@{t}" in orphans for t in targets))
-            removals += [orphans[f"{c}@{t}"] for c in sorted(cases) for t in targets if f"{c}@{t}" in orphans]
+            names = set(cases)
+            # A kernel whose every selected case is to be accepted, and which the check selected whole:
+            # `--kernel KERNEL` is the same cells in fewer words (and removes its unused goldens too).
+            for kernel in sorted({c.partition(":")[0] for c in cases}):
+                if report.shard is None and (kernels is None or kernel in kernels) and \
+                        _selects_whole_kernel(kernel, kernel_filters) and all(
+                        {c for c in selected[t] if c.partition(":")[0] == kernel} <= cases for t in targets):
+                    names = {c for c in names if c.partition(":")[0] != kernel} | {kernel}
+            named = sorted(c for c in names if not all(f"{c}@{t}" in orphans for t in targets))
+            removals += [orphans[f"{c}@{t}"] for c in sorted(names) for t in targets if f"{c}@{t}" in orphans]
             if not named:
                 continue
             for name in named:
@@ -211,6 +220,14 @@ def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_ar
     if removals:
         commands.append(shlex.join(["rm", "-f", *(p for path in removals for p in (path, path[:-len(".yaml")] + ".isa"))]))
     return commands
+
+
+def _selects_whole_kernel(kernel: str, kernel_filters: list[str] | None) -> bool:
+    """Whether the check selected every case of `kernel` (no filter, or a filter with no case part)."""
+    if not kernel_filters:
+        return True
+    return any(fnmatch.fnmatchcase(kernel, kpat) and cpat in ("", "*")
+               for kpat, _, cpat in (f.partition(":") for f in kernel_filters))
 
 
 def _arrow(base: Any, head: Any) -> str:
