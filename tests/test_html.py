@@ -250,6 +250,10 @@ def test_report_page_in_headless_chromium(run_xisa, tinyproj, tmp_path):
     changed_rows = re.findall(r'<tr class="chg">(.*?)</tr>', big, re.S)
     assert changed_rows and any("v_fma_f32" in r and "v_dual_fmaak_f32" in r for r in changed_rows)
     assert "histogram: golden vs head" in big and 'class="bar head"' in big
+    # The page says how to accept the change, with the command `xisa check` prints.
+    assert re.search(r'<div class="accept" id="accept">to accept these goldens: <pre>xisa bless --arch gfx1100 '
+                     r'--kernel scale</pre></div>', plain)
+    assert re.search(r'<b id="exit-code" class="exit-1">1 \(regression\)</b>', plain)
     # Identical cells are lazy: nothing rendered until opened ...
     same_id = "scale:small@gfx942"
     assert "data-rendered" not in _detail(plain, same_id)
@@ -269,6 +273,37 @@ def test_report_page_in_headless_chromium(run_xisa, tinyproj, tmp_path):
     _browse(chromium, url, profile, f"--screenshot={SCREENSHOT}", "--window-size=1400,1000")
     data = SCREENSHOT.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_register_diff_and_binding_render_in_chromium(tmp_path):
+    """A renumbered stream with two changed instructions: the abstracted diff is the first tab and
+    shows two changed rows; the exact one (every line) is a click away; the binding table shows."""
+    chromium = _chromium()
+    v = _verdict("k", "c", "gfx942", changed=True)
+    v.base.stream_text = _renumbered(200, shift=0)
+    v.head.analysis.stream_text = _renumbered(200, shift=3, twists=(50, 150))
+    v.base.data.update(binding={"signature": {"x_ptr": "*fp16"}, "constexprs": {}, "attrs": {}}, options={})
+    v.head.binding = {"signature": {"x_ptr": "*bf16"}, "constexprs": {}, "attrs": {}}
+    v.delta = compute_delta(v.base.data, v.head)
+    page = tmp_path / "renumbered.html"
+    write_html(page, render_html(_report([v])))
+    dom = _browse(chromium, page.as_uri(), tmp_path / "profile", "--dump-dom")
+    detail = _detail(dom, "k:c@gfx942")
+    tabs = re.findall(r'<button class="tab( active)?" type="button" data-view="(\w+)">([^<]*)</button>', detail)
+    assert [(bool(active), view) for active, view, _ in tabs] == [(True, "registers"), (False, "exact")]
+    assert tabs[0][2].startswith("registers abstracted: 2 lines removed, 2 added")
+    views = dict(re.findall(r'<div class="diff-wrap( hidden)?" data-view="(\w+)">(.*?)</table>', detail, re.S)[i][1:]
+                 for i in range(2))
+    exact_rows = [row for row in stream_diff(v.base.stream_text, v.head.analysis.stream_text)["rows"] if row[0] == "chg"]
+    assert views["registers"].count('<tr class="chg">') == 2
+    assert views["exact"].count('<tr class="chg">') == len(exact_rows) > 100      # every line, up to the cap
+    assert 'class="diff-wrap hidden" data-view="exact"' in detail
+    assert re.search(r"<td>signature.x_ptr</td><td>\"\*fp16\"</td><td>\"\*bf16\"</td>", detail)
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    shot = SCREENSHOT.with_name("report-register-diff.png")
+    _browse(chromium, page.as_uri() + "#open=k:c@gfx942&scroll=0", tmp_path / "profile", f"--screenshot={shot}",
+            "--window-size=1400,1200")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_thousand_cell_page_loads_and_filters_in_chromium(tmp_path):
