@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from xisa.analyze.model import Analysis
 from xisa.golden import Golden
@@ -135,6 +136,26 @@ def test_register_abstracted_diff_shows_only_the_changed_instructions():
         _report([_verdict("k", "c", "gfx942", changed=True)]))).group(1))["register_diff"] is None
 
 
+@given(st.lists(st.sampled_from("abcd"), max_size=40), st.lists(st.sampled_from("abcd"), max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_diff_opcodes_rebuild_the_head_and_keep_at_least_difflibs_matches(base, head):
+    from xisa.html import _diff_opcodes
+
+    rebuilt, i, j = [], 0, 0
+    for tag, i1, i2, j1, j2 in _diff_opcodes(base, head):
+        assert (i1, j1) == (i, j)
+        if tag == "equal":
+            assert base[i1:i2] == head[j1:j2]
+        rebuilt += head[j1:j2]
+        i, j = i2, j2
+    assert (i, j) == (len(base), len(head)) and rebuilt == head
+    import difflib
+
+    kept = sum(i2 - i1 for tag, i1, i2, _, _ in _diff_opcodes(base, head) if tag == "equal")
+    assert kept >= sum(block.size for block in difflib.SequenceMatcher(None, base, head, autojunk=False)
+                       .get_matching_blocks())
+
+
 def test_binding_differences_are_shown():
     v = _verdict("k", "c", "gfx942", changed=True)
     v.base.data.update(binding={"signature": {"x_ptr": "*fp16"}, "constexprs": {"BLOCK": 64}, "attrs": {}},
@@ -147,15 +168,17 @@ def test_binding_differences_are_shown():
 
 
 def test_the_page_stays_bounded_with_many_changed_cells(tmp_path):
-    """116 changed cells whose every line changed: the diffs stop at the page budget, with a note."""
-    from xisa.html import PAGE_DIFF_ROWS
+    """116 changed cells, renumbered with a third of their instructions changed: both diffs of every
+    cell reach the per-cell cap, so the page budget runs out; later cells get a note instead."""
+    from xisa.html import MAX_DIFF_ROWS, PAGE_DIFF_ROWS
 
     verdicts = []
     for i in range(116):
         v = _verdict(f"k{i // 8}", f"c{i % 8}", "gfx942", changed=True)
-        v.base.stream_text = _renumbered(600, shift=0)
-        v.head.analysis.stream_text = "bb0:\n" + "".join(f"  v_sub_f32 v{j}, v{j}, 2.0\n" for j in range(600))
+        v.base.stream_text = _renumbered(3 * MAX_DIFF_ROWS, shift=0)
+        v.head.analysis.stream_text = _renumbered(3 * MAX_DIFF_ROWS, shift=2, twists=tuple(range(0, 3 * MAX_DIFF_ROWS, 3)))
         verdicts.append(v)
+    assert 116 * 2 * MAX_DIFF_ROWS > PAGE_DIFF_ROWS
     page = render_html(_report(verdicts))
     blobs = [json.loads(b) for b in re.findall(r'class="cell-data">(.*?)</script>', page)]
     rows = sum(len(b["diff"]["rows"]) + len((b["register_diff"] or {"rows": []})["rows"]) for b in blobs if b["diff"])

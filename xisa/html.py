@@ -19,6 +19,7 @@ import json
 import os
 import re
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -76,6 +77,8 @@ def _myers(a: list[int], b: list[int], max_d: int) -> list[tuple[str, int, int, 
     difflib's longest-block matching pairs the wrong copies of a line, it keeps a two-line change
     two lines. None when more than `max_d` lines must change."""
     n, m = len(a), len(b)
+    if not n or not m:
+        return [("insert" if m else "delete", 0, n, 0, m)] if n + m <= max_d else None
     v = {1: 0}
     trace = []
     for d in range(max_d + 1):
@@ -122,14 +125,41 @@ def _opcodes_from_trace(trace: list[dict[int, int]], n: int, m: int) -> list[tup
             for tag, i1, i2, j1, j2 in opcodes]
 
 
-def _diff_opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
-    ids: dict[str, int] = {}
-    ai = [ids.setdefault(line, len(ids)) for line in a]
-    bi = [ids.setdefault(line, len(ids)) for line in b]
-    ops = _myers(ai, bi, MAX_EDIT_DISTANCE)
+def _diff_opcodes(a: list[str], b: list[str], *, fallback: bool = True) -> list[tuple[str, int, int, int, int]] | None:
+    """Opcodes as difflib's: the common head and tail as they are, the middle by Myers when at most
+    MAX_EDIT_DISTANCE lines change (each line that has no copy on the other side must), else by
+    difflib, or None without `fallback`."""
+    n, m = len(a), len(b)
+    head = 0
+    while head < min(n, m) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(n, m) - head and a[n - 1 - tail] == b[m - 1 - tail]:
+        tail += 1
+    mid_a, mid_b = a[head:n - tail], b[head:m - tail]
+    unmatched = Counter(mid_a)
+    unmatched.subtract(Counter(mid_b))
+    ops = None
+    if sum(abs(count) for count in unmatched.values()) <= MAX_EDIT_DISTANCE:
+        ids: dict[str, int] = {}
+        ops = _myers([ids.setdefault(line, len(ids)) for line in mid_a],
+                     [ids.setdefault(line, len(ids)) for line in mid_b], MAX_EDIT_DISTANCE)
     if ops is None:
-        ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-    return ops or [("equal", 0, 0, 0, 0)]
+        if not fallback:
+            return None
+        ops = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False).get_opcodes()
+    ops = [(tag, i1 + head, i2 + head, j1 + head, j2 + head) for tag, i1, i2, j1, j2 in ops if i1 != i2 or j1 != j2]
+    if head:
+        ops.insert(0, ("equal", 0, head, 0, head))
+    if tail:
+        ops.append(("equal", n - tail, n, m - tail, m))
+    merged: list[tuple[str, int, int, int, int]] = []
+    for op in ops:
+        if merged and merged[-1][0] == op[0] == "equal":
+            merged[-1] = ("equal", merged[-1][1], op[2], merged[-1][3], op[4])
+        else:
+            merged.append(op)
+    return merged or [("equal", 0, 0, 0, 0)]
 
 
 def _score(opcodes, base: list[str], head: list[str]) -> tuple[int, int]:
@@ -139,14 +169,14 @@ def _score(opcodes, base: list[str], head: list[str]) -> tuple[int, int]:
     return changed, renamed
 
 
-def _realign(opcodes, base: list[str], head: list[str], key: Callable[[str], str]):
-    """Within each changed block of the exact diff, align again by `key`: lines equal as written
-    stay anchors, so a repeated line is never paired with the wrong copy of itself."""
+def _realign(opcodes, base_keys: list[str], head_keys: list[str]):
+    """Within each changed block of the exact diff, align again by the lines' keys: lines equal as
+    written stay anchors, so a repeated line is never paired with the wrong copy of itself."""
     out: list[tuple[str, int, int, int, int]] = []
     for tag, i1, i2, j1, j2 in opcodes:
         pieces = [(tag, i1, i2, j1, j2)]
-        if tag == "replace":
-            sub = _diff_opcodes([key(line) for line in base[i1:i2]], [key(line) for line in head[j1:j2]])
+        sub = _diff_opcodes(base_keys[i1:i2], head_keys[j1:j2], fallback=False) if tag == "replace" else None
+        if sub is not None:       # else the block stays as the exact diff has it: too large a change to realign
             pieces = [(t, i1 + a1, i1 + a2, j1 + b1, j1 + b2) for t, a1, a2, b1, b2 in sub if a1 != a2 or b1 != b2]
         for piece in pieces:
             if out and out[-1][0] == piece[0] == "equal":
@@ -189,8 +219,10 @@ def stream_diff(base_text: str | None, head_text: str | None, *, context: int = 
         # Two alignments by key: inside the exact diff's changed blocks (exact matches stay anchors, so a
         # repeated line is not paired with the wrong copy), or over the whole stream (when renumbering
         # left only chance exact matches). The one with fewer changed lines, then fewer renamed, wins.
-        whole = _diff_opcodes([key(line) for line in base], [key(line) for line in head])
-        opcodes = min((_realign(opcodes, base, head, key), whole), key=lambda ops: _score(ops, base, head))
+        base_keys, head_keys = [key(line) for line in base], [key(line) for line in head]
+        whole = _diff_opcodes(base_keys, head_keys, fallback=False)
+        candidates = [_realign(opcodes, base_keys, head_keys)] + ([whole] if whole is not None else [])
+        opcodes = min(candidates, key=lambda ops: _score(ops, base, head))
     renamed_total = 0
     for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal" and key is not None:
