@@ -232,7 +232,7 @@ def _selects_whole_kernel(kernel: str, kernel_filters: list[str] | None) -> bool
 
 def _arrow(base: Any, head: Any) -> str:
     if base is None:
-        return str(head)
+        return _show(head)
     if head is None:
         return f"{base} → (none)"
     if base == head:
