@@ -77,10 +77,16 @@ def test_argument_not_matching_kernel_is_a_bind_error(run_xisa, tinyproj):
 def test_targets_and_kernels_list(run_xisa, tinyproj):
     out = run_xisa("targets", "--json", cwd=tinyproj)
     assert out.code == 0
-    names = {t["name"] for t in json.loads(out.out)}
+    payload = json.loads(out.out)
+    assert payload["schema"] == 1 and payload["kind"] == "targets"
+    names = {t["name"] for t in payload["targets"]}
     assert {"gfx1100", "gfx1200", "gfx1201", "gfx942", "gfx950"} <= names
     out = run_xisa("kernels", cwd=tinyproj)
     assert out.code == 0 and "2 kernels, 3 cases, 8 cells" in out.out
+    kernels = json.loads(run_xisa("kernels", "--json", cwd=tinyproj).out)
+    assert kernels["schema"] == 1 and kernels["kind"] == "kernels"
+    assert {(k["kernel"], k["case"]) for k in kernels["kernels"]} == {("scale", "small"), ("scale", "big"),
+                                                                      ("dot", "f16_32")}
 
 
 def test_refused_environment_variable_exits_2(run_xisa, tinyproj):

@@ -139,7 +139,7 @@ def test_markdown_and_junit_reports(run_xisa, blessed, tmp_path):
     gfx11_branch_change(blessed)
     md = run_xisa("check", "--format", "markdown", "--count", "v_cvt*", cwd=blessed)
     assert md.code == 1
-    assert "changed: gfx1100 (2 cells); byte-identical: gfx1100, gfx1201, gfx942 (6 cells)" in md.out
+    assert "gfx1100: 2 changed, 1 byte-identical; byte-identical: gfx1201, gfx942 (5 cells)" in md.out
     junit_path = tmp_path / "junit.xml"
     out = run_xisa("check", "--format", "junit", "--output", str(junit_path), cwd=blessed)
     assert out.code == 1
@@ -165,7 +165,7 @@ def test_diff_against_a_git_revision(run_xisa, blessed):
     out = run_xisa("diff", "--base", "HEAD~1", "--scope", "gfx1100", "--format", "markdown", "--count", "v_add*",
                    cwd=blessed)
     assert out.code == 0, out.err
-    assert "changed: gfx1100 (2 cells); byte-identical: gfx1100, gfx1201, gfx942 (6 cells)" in out.out
+    assert "gfx1100: 2 changed, 1 byte-identical; byte-identical: gfx1201, gfx942 (5 cells)" in out.out
     assert "judged against `HEAD~1` (`" in out.out and "its goldens), scope `gfx1100`" in out.out
     assert "#### gfx1100" in out.out and "| `scale:small` |" in out.out and "`v_add*`" in out.out
     assert "<summary>gfx942: byte-identical (3 cells)</summary>" in out.out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -9,10 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from xisa.analyze.model import Analysis
 from xisa.golden import Golden
-from xisa.html import render_html, stream_diff, write_html
+from xisa.html import abstract_registers, render_html, stream_diff, write_html
 from xisa.result import CellResult
 from xisa.verdict import CHANGED, SAME, CellVerdict, CheckReport, compute_delta
 
@@ -99,6 +101,96 @@ def test_a_thousand_cells_stay_light(tmp_path):
     assert out.read_text() == page and not list(tmp_path.glob(".big.html.*"))
 
 
+def _renumbered(n: int, *, shift: int, twists: tuple[int, ...] = (), unroll: bool = False) -> str:
+    """A stream whose registers are all renumbered by `shift`, with the instructions at `twists` changed;
+    `unroll`: every line the same but for its registers (an unrolled loop)."""
+    lines = ["bb0:"]
+    for i in range(n):
+        op = "v_mul_f32" if i in twists else "v_add_f32"
+        lines.append(f"  {op} v{i + shift}, s[{2 * i + shift}:{2 * i + shift + 1}], {1.0 if unroll else i}")
+    return "\n".join(lines) + "\n"
+
+
+def test_register_abstracted_diff_shows_only_the_changed_instructions():
+    base, head = _renumbered(200, shift=0), _renumbered(200, shift=3, twists=(50, 150))
+    exact = stream_diff(base, head)
+    aligned = stream_diff(base, head, key=abstract_registers)
+    assert exact["removed"] == exact["added"] == 200                      # every line differs as written
+    assert aligned["removed"] == aligned["added"] == 2 and aligned["renamed"] == 198
+    changed = [row for row in aligned["rows"] if row[0] == "chg"]
+    assert [(row[1], row[3]) for row in changed] == [(52, 52), (152, 152)]
+    assert "v_add_f32 v50," in changed[0][2] and "v_mul_f32 v53," in changed[0][4]
+    # An unrolled loop (lines equal but for registers): still two lines each way, not 200.
+    unrolled = stream_diff(_renumbered(200, shift=0, unroll=True), _renumbered(200, shift=3, twists=(50, 150),
+                                                                             unroll=True), key=abstract_registers)
+    assert unrolled["removed"] == unrolled["added"] == 2
+    assert abstract_registers("  v_add_f32 v12, s[4:5], a[0:15]") == "  v_add_f32 vN, s[N:N+1], a[N:N+15]"
+    assert abstract_registers("  @P0 HMMA.16816.F32 R12, UR4, RZ, UP1, PT") == "  @PN HMMA.16816.F32 RN, URN, RZ, UPN, PT"
+    v = _verdict("k", "c", "gfx942", changed=True)
+    v.base.stream_text, v.head.analysis.stream_text = base, head
+    page = render_html(_report([v]))
+    blob = json.loads(re.search(r'class="cell-data">(.*?)</script>', page).group(1))
+    assert blob["register_diff"]["removed"] == 2 and blob["diff"]["removed"] == 200
+    # Without renumbering there is nothing to abstract: one diff only.
+    assert json.loads(re.search(r'class="cell-data">(.*?)</script>', render_html(
+        _report([_verdict("k", "c", "gfx942", changed=True)]))).group(1))["register_diff"] is None
+
+
+@given(st.lists(st.sampled_from("abcd"), max_size=40), st.lists(st.sampled_from("abcd"), max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_diff_opcodes_rebuild_the_head_and_keep_at_least_difflibs_matches(base, head):
+    from xisa.html import _diff_opcodes
+
+    rebuilt, i, j = [], 0, 0
+    for tag, i1, i2, j1, j2 in _diff_opcodes(base, head):
+        assert (i1, j1) == (i, j)
+        if tag == "equal":
+            assert base[i1:i2] == head[j1:j2]
+        rebuilt += head[j1:j2]
+        i, j = i2, j2
+    assert (i, j) == (len(base), len(head)) and rebuilt == head
+    import difflib
+
+    kept = sum(i2 - i1 for tag, i1, i2, _, _ in _diff_opcodes(base, head) if tag == "equal")
+    assert kept >= sum(block.size for block in difflib.SequenceMatcher(None, base, head, autojunk=False)
+                       .get_matching_blocks())
+
+
+def test_binding_differences_are_shown():
+    v = _verdict("k", "c", "gfx942", changed=True)
+    v.base.data.update(binding={"signature": {"x_ptr": "*fp16"}, "constexprs": {"BLOCK": 64}, "attrs": {}},
+                       options={"num_warps": 4})
+    v.head.binding = {"signature": {"x_ptr": "*bf16"}, "constexprs": {"BLOCK": 64}, "attrs": {}}
+    v.head.options = {"num_warps": 8}
+    v.delta = compute_delta(v.base.data, v.head)
+    blob = json.loads(re.search(r'class="cell-data">(.*?)</script>', render_html(_report([v]))).group(1))
+    assert blob["binding"] == [["signature.x_ptr", "*fp16", "*bf16"], ["options.num_warps", 4, 8]]
+
+
+def test_the_page_stays_bounded_with_many_changed_cells(tmp_path):
+    """116 changed cells, renumbered with a third of their instructions changed: both diffs of every
+    cell reach the per-cell cap, so the page budget runs out; later cells get a note instead."""
+    from xisa.html import MAX_DIFF_ROWS, PAGE_DIFF_ROWS
+
+    verdicts = []
+    for i in range(116):
+        v = _verdict(f"k{i // 8}", f"c{i % 8}", "gfx942", changed=True)
+        v.base.stream_text = _renumbered(3 * MAX_DIFF_ROWS, shift=0)
+        v.head.analysis.stream_text = _renumbered(3 * MAX_DIFF_ROWS, shift=2, twists=tuple(range(0, 3 * MAX_DIFF_ROWS, 3)))
+        verdicts.append(v)
+    assert 116 * 2 * MAX_DIFF_ROWS > PAGE_DIFF_ROWS
+    page = render_html(_report(verdicts))
+    blobs = [json.loads(b) for b in re.findall(r'class="cell-data">(.*?)</script>', page)]
+    rows = sum(len(b["diff"]["rows"]) + len((b["register_diff"] or {"rows": []})["rows"]) for b in blobs if b["diff"])
+    assert 0 < rows <= PAGE_DIFF_ROWS
+    left_out = [b for b in blobs if b["diff"] is None]
+    assert left_out and all("diff left out" in b["diff_note"] and f"--kernel {b['id'].split('@')[0]}" in b["diff_note"]
+                            for b in left_out)
+    # Every cell keeps its histogram and resources; the size is the diffs' budget, not the cells' streams.
+    assert all(b["histogram"] and b["resources"] for b in blobs)
+    assert len(page) < PAGE_DIFF_ROWS * 200 + 116 * 10_000, len(page)
+
+
 def test_report_against_a_git_revision(run_xisa, tinyproj, tmp_path):
     assert run_xisa("bless", cwd=tinyproj).code == 0
     _git(tinyproj, "init", "-q")
@@ -115,6 +207,12 @@ def test_report_against_a_git_revision(run_xisa, tinyproj, tmp_path):
     assert "<title>xisa: ISA against HEAD</title>" in text
     assert 'class="cell v-changed in-scope" data-cell="scale:big@gfx1100"' in text
     assert "isolation violated" not in text
+    # Out of scope the cells violate isolation, yet the command exits 0: the page says what it exited with.
+    out = run_xisa("report", "--html", str(page), "--base", "HEAD", cwd=tinyproj)
+    text = page.read_text()
+    assert out.code == 0 and "isolation violated" in text
+    assert re.search(r'exit code <b id="exit-code" class="exit-0">0 \(pass\)</b> <span id="exit-note">', text)
+    assert "regression" not in text
     bad = run_xisa("report", "--html", str(page), "--base", "no-such-rev", cwd=tinyproj)
     assert bad.code == 2 and "no-such-rev" not in page.read_text()
 
@@ -154,7 +252,7 @@ def test_report_page_in_headless_chromium(run_xisa, tinyproj, tmp_path):
     page = tmp_path / "out" / "report.html"
     out = run_xisa("report", "--html", str(page), cwd=tinyproj)
     assert out.code == 1, out.err                            # same verdict as `xisa check`: isolation violated
-    assert "changed: gfx1100 (2 cells)" in out.out and f"wrote {page}" in out.err
+    assert "gfx1100: 2 changed, 1 byte-identical" in out.out and f"wrote {page}" in out.err
     text = page.read_text()
     assert "<script src" not in text and "http" not in text.replace("http-equiv", "")
 
@@ -175,6 +273,10 @@ def test_report_page_in_headless_chromium(run_xisa, tinyproj, tmp_path):
     changed_rows = re.findall(r'<tr class="chg">(.*?)</tr>', big, re.S)
     assert changed_rows and any("v_fma_f32" in r and "v_dual_fmaak_f32" in r for r in changed_rows)
     assert "histogram: golden vs head" in big and 'class="bar head"' in big
+    # The page says how to accept the change, with the command `xisa check` prints.
+    assert re.search(r'<div class="accept" id="accept">to accept these goldens: <pre>xisa bless --arch gfx1100 '
+                     r'--kernel scale</pre></div>', plain)
+    assert re.search(r'<b id="exit-code" class="exit-1">1 \(regression\)</b>', plain)
     # Identical cells are lazy: nothing rendered until opened ...
     same_id = "scale:small@gfx942"
     assert "data-rendered" not in _detail(plain, same_id)
@@ -194,6 +296,37 @@ def test_report_page_in_headless_chromium(run_xisa, tinyproj, tmp_path):
     _browse(chromium, url, profile, f"--screenshot={SCREENSHOT}", "--window-size=1400,1000")
     data = SCREENSHOT.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_register_diff_and_binding_render_in_chromium(tmp_path):
+    """A renumbered stream with two changed instructions: the abstracted diff is the first tab and
+    shows two changed rows; the exact one (every line) is a click away; the binding table shows."""
+    chromium = _chromium()
+    v = _verdict("k", "c", "gfx942", changed=True)
+    v.base.stream_text = _renumbered(200, shift=0)
+    v.head.analysis.stream_text = _renumbered(200, shift=3, twists=(50, 150))
+    v.base.data.update(binding={"signature": {"x_ptr": "*fp16"}, "constexprs": {}, "attrs": {}}, options={})
+    v.head.binding = {"signature": {"x_ptr": "*bf16"}, "constexprs": {}, "attrs": {}}
+    v.delta = compute_delta(v.base.data, v.head)
+    page = tmp_path / "renumbered.html"
+    write_html(page, render_html(_report([v])))
+    dom = _browse(chromium, page.as_uri(), tmp_path / "profile", "--dump-dom")
+    detail = _detail(dom, "k:c@gfx942")
+    tabs = re.findall(r'<button class="tab( active)?" type="button" data-view="(\w+)">([^<]*)</button>', detail)
+    assert [(bool(active), view) for active, view, _ in tabs] == [(True, "registers"), (False, "exact")]
+    assert tabs[0][2].startswith("registers abstracted: 2 lines removed, 2 added")
+    views = dict(re.findall(r'<div class="diff-wrap( hidden)?" data-view="(\w+)">(.*?)</table>', detail, re.S)[i][1:]
+                 for i in range(2))
+    exact_rows = [row for row in stream_diff(v.base.stream_text, v.head.analysis.stream_text)["rows"] if row[0] == "chg"]
+    assert views["registers"].count('<tr class="chg">') == 2
+    assert views["exact"].count('<tr class="chg">') == len(exact_rows) > 100      # every line, up to the cap
+    assert 'class="diff-wrap hidden" data-view="exact"' in detail
+    assert re.search(r"<td>signature.x_ptr</td><td>\"\*fp16\"</td><td>\"\*bf16\"</td>", detail)
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    shot = SCREENSHOT.with_name("report-register-diff.png")
+    _browse(chromium, page.as_uri() + "#open=k:c@gfx942&scroll=0", tmp_path / "profile", f"--screenshot={shot}",
+            "--window-size=1400,1200")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_thousand_cell_page_loads_and_filters_in_chromium(tmp_path):

@@ -76,3 +76,48 @@ def test_xisa_update_blesses_is_refused_in_ci_and_combines_under_xdist(tinyproj,
     source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))
     failing = run("-n", "2")
     assert failing.returncode == 1 and "2 failed, 6 passed" in failing.stdout
+
+
+def _pytest(cwd: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    env["XISA_CACHE_DIR"] = str(cache)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_xisa_runs_the_cells_alone_and_a_printed_node_id_reruns_one_cell(tinyproj, shared_cache, run_xisa):
+    """In a repository with its own tests, `pytest --xisa` runs the cells only; a failure's node id,
+    passed back, runs that one cell."""
+    (tinyproj / "tests").mkdir()
+    (tinyproj / "tests" / "test_unit.py").write_text("def test_unit():\n    pass\n")
+    with (tinyproj / "pyproject.toml").open("a") as handle:
+        handle.write('\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    assert run_xisa("bless", "-q", cwd=tinyproj).code == 0
+    assert "1 passed" in _pytest(tinyproj, shared_cache).stdout                       # without --xisa: the suite
+    cells = _pytest(tinyproj, shared_cache, "--xisa")
+    assert cells.returncode == 0 and "8 passed" in cells.stdout, cells.stdout[-2000:]   # the cells, not test_unit
+    both = _pytest(tinyproj, shared_cache, "--xisa", "tests")
+    assert both.returncode == 0 and "9 passed" in both.stdout                          # named paths run as well
+    listed = _pytest(tinyproj, shared_cache, "--xisa", "--collect-only")
+    assert "xisa::scale:big@gfx1100" in listed.stdout and "test_unit" not in listed.stdout
+
+    source = tinyproj / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))
+    failing = _pytest(tinyproj, shared_cache, "--xisa")
+    assert failing.returncode == 1 and "2 failed, 6 passed" in failing.stdout
+    assert "FAILED xisa::scale:big@gfx1100" in failing.stdout
+    assert "re-run: pytest --xisa xisa::scale:big@gfx1100" in failing.stdout
+    assert "accept with: xisa bless --arch gfx1100 --kernel scale:big" in failing.stdout
+    node_id = "xisa::scale:big@gfx1100"
+    for args in ([node_id], ["--xisa", node_id]):                       # --xisa is implied by a cell's node id
+        one = _pytest(tinyproj, shared_cache, *args)
+        assert one.returncode == 1 and "1 failed" in one.stdout and "passed" not in one.stdout, one.stdout[-2000:]
+    by_glob = _pytest(tinyproj, shared_cache, "xisa::scale:*@gfx942")
+    assert by_glob.returncode == 0 and "2 passed" in by_glob.stdout
+    by_keyword = _pytest(tinyproj, shared_cache, "--xisa", "-k", "scale and gfx942")
+    assert by_keyword.returncode == 0 and "2 passed, 6 deselected" in by_keyword.stdout
+    typo = _pytest(tinyproj, shared_cache, "xisa::scale:bigg@gfx1100")
+    assert typo.returncode == 4 and "no cell matches xisa::scale:bigg@gfx1100 (did you mean xisa::scale:big@gfx1100?)" \
+        in typo.stderr
+    scope = _pytest(tinyproj, shared_cache, "--xisa", "--xisa-scope", "gfx110")
+    assert scope.returncode == 4 and "did you mean 'gfx1100'" in scope.stderr

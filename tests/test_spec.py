@@ -88,3 +88,74 @@ def test_unknown_target_suggests_the_closest(targets):
     error = unknown_target("gfx1102", targets)
     assert "did you mean 'gfx1100'" in str(error)
     assert "gfx942" in str(error) and error.exit_code == 2
+
+
+# ---------------------------------------------------------------- expectations that can fail
+
+def _expect_spec(tmp_path: Path, expect: str, targets: str = "['gfx*', 'sm_*']") -> Path:
+    return write(tmp_path, f"source: k.py\nfunction: kern\ntargets: {targets}\ncases:\n  - name: c\n"
+                           f"    expect:\n      {expect}\n")
+
+
+@pytest.mark.parametrize("expect,field,fix", [
+    ("'*': {scrach_bytes: 0}", "cases[0] (c).expect.*.scrach_bytes", "did you mean 'scratch_bytes'?"),
+    ("'gfx*': {vgpr_spils: 0}", "cases[0] (c).expect.gfx*.vgpr_spils", "did you mean 'vgpr_spills'?"),
+    ("'*': {'class:matirx': 0}", "cases[0] (c).expect.*.class:matirx", "did you mean 'class:matrix'?"),
+    ("'*': {sgpr: 0}", "cases[0] (c).expect.*.sgpr", "did you mean 'sgprs'?"),
+    ("'*': {scratch_byte: 0}", "cases[0] (c).expect.*.scratch_byte", "did you mean 'scratch_bytes'?"),
+    ("'*': {occupancy: '>>2'}", "cases[0] (c).expect.*.occupancy", "'>=4'"),
+])
+def test_a_misspelt_expectation_key_is_an_error_when_the_spec_loads(tmp_path, expect, field, fix):
+    with pytest.raises(SpecError) as info:
+        load_spec(_expect_spec(tmp_path, expect))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'k.yaml'}: {field}: ") and fix in message
+
+
+def test_mnemonics_globs_and_classes_of_either_vendor_load(tmp_path, targets):
+    spec = load_spec(_expect_spec(tmp_path, "'*': {v_cvt_pk_f32_fp8: 0, 'v_wmma*': '>0', 'I2F.U32': 1, "
+                                            "'*v_dual_and_b32*': 0, v_dual_mov_b32::v_dual_and_b32: 0, HMMA: 1, "
+                                            "'class:matrix': '>0', 'class:tensor': '>0', instructions: '<9000'}"))
+    assert len(build_cells([spec], select_targets(targets, ["gfx942", "sm_90"]))) == 2
+
+
+@pytest.mark.parametrize("expect,target,message", [
+    ("'*': {vgpr_spills: 0}", "sm_90", "sm_90 (NVIDIA) does not report 'vgpr_spills'"),
+    ("'*': {agprs: 0}", "sm_90", "sm_90 (NVIDIA) does not report 'agprs'"),
+    ("'*': {stack_bytes: 0}", "gfx942", "gfx942 (AMD) does not report 'stack_bytes'"),
+    ("'*': {registers: '<128'}", "gfx942", "gfx942 (AMD) does not report 'registers'"),
+    ("'*': {'class:wait': 0}", "sm_90", "sm_90 (NVIDIA) has no instruction class 'wait'"),
+    ("'*': {'class:uniform': 0}", "gfx942", "gfx942 (AMD) has no instruction class 'uniform'"),
+])
+def test_an_expectation_on_what_a_target_does_not_report_names_the_target(tmp_path, targets, expect, target,
+                                                                          message):
+    spec = load_spec(_expect_spec(tmp_path, expect))
+    with pytest.raises(SpecError) as info:
+        build_cells([spec], select_targets(targets, [target]))
+    assert message in str(info.value) and "expect.*." in str(info.value) and str(tmp_path / "k.yaml") in str(info.value)
+    other = "gfx942" if target.startswith("sm_") else "sm_90"
+    assert build_cells([spec], select_targets(targets, [other]))        # the other vendor reports it
+
+
+def _sass_analysis(**resources):
+    from xisa.analyze.model import Analysis
+
+    res = {"registers": 64, "stack_bytes": 0, "local_bytes": 0, "lds_bytes": 0, "occupancy": 32}
+    res.update(resources)
+    return Analysis(isa="sass", sha256="0" * 64, instructions=3, blocks=1, histogram={"HMMA.16816.F32": 2, "EXIT": 1},
+                    base_histogram={"HMMA": 2, "EXIT": 1}, classes={"tensor": 2, "branch": 1}, resources=res,
+                    stream_text="")
+
+
+def test_scratch_bytes_on_nvidia_is_stack_plus_local_bytes():
+    from xisa.expect import evaluate, measure
+
+    expect = (("*", {"scratch_bytes": 0}),)
+    # The case of issue 12: a kernel with 3,144 bytes of stack passed `'*': {scratch_bytes: 0}` on sm_90.
+    [failure] = evaluate(expect, "sm_90", _sass_analysis(stack_bytes=3144))
+    assert failure.actual == 3144 and "scratch_bytes == 0" in str(failure)
+    assert measure("scratch_bytes", _sass_analysis(stack_bytes=16, local_bytes=8)) == 24
+    assert evaluate(expect, "sm_90", _sass_analysis()) == []
+    # Classes that name the same work on both vendors: matrix is NVIDIA's tensor class.
+    assert measure("class:matrix", _sass_analysis()) == 2 and measure("class:tensor", _sass_analysis()) == 2
+    assert measure("vgpr_spills", _sass_analysis()) is None         # not reported: never read as 0

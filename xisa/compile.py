@@ -101,9 +101,11 @@ def _drop_known_tool_noise():
 
 
 def _triton_message(exc: Exception) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
+    """Triton's text whole and multi-line: a CompilationError's `^` points at a column of the source
+    line above it, so the lines stay as they are (text output indents them as one block)."""
+    lines = [line.rstrip() for line in f"{type(exc).__name__}: {exc}".splitlines()]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not any(line.strip() for line in lines):
         return "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    # Triton's CompilationError puts the offending source line first; keep the message compact.
-    return " | ".join(lines[-6:]) if len(lines) > 6 else " | ".join(lines)
+    return "\n".join(lines)

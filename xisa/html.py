@@ -17,22 +17,37 @@ import difflib
 import html
 import json
 import os
+import re
 import tempfile
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from xisa.verdict import CHANGED, ERROR, EXPECT_FAILED, NEW, SAME, UNUSED, CellVerdict, CheckReport
 
 HTML_SCHEMA_VERSION = 1
 VERDICT_ORDER = (ERROR, EXPECT_FAILED, CHANGED, NEW, UNUSED, SAME)
 DIFF_CONTEXT = 3
-MAX_DIFF_ROWS = 4000           # per cell; beyond it the diff is cut with a note
+MAX_DIFF_ROWS = 200            # per diff; beyond it the diff is cut with a note (the .isa files hold it all)
+PAGE_DIFF_ROWS = 30_000        # per page: later cells get a note instead of a diff (the page stays a few MB)
 HISTOGRAM_ROWS = 40
 AUTO_OPEN_LIMIT = 5            # at most this many non-identical cells: open them on load
 RESOURCE_ROWS = ("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes", "occupancy",
                  "llvm_occupancy", "registers", "local_bytes", "stack_bytes", "shared_bytes", "kernarg_bytes")
 MATRIX_HINT = {SAME: "byte-identical", CHANGED: "changed", NEW: "new (no golden)", UNUSED: "unused golden",
                ERROR: "error", EXPECT_FAILED: "expectation failed"}
+EXIT_LABEL = {0: "pass", 1: "regression", 2: "untrusted"}
+
+# Register operands with their numbers abstracted, so a diff can align instructions whose registers
+# were only renumbered: amdgcn v12 -> vN, s[4:5] -> s[N:N+1], a[0:15] -> a[N:N+15]; SASS R12 -> RN,
+# UR4 -> URN, P0 -> PN, UP1 -> UPN, B0 -> BN (RZ, PT, URZ have no number and stay).
+_REGISTER_RANGE = re.compile(r"\b(v|s|a|ttmp)\[(\d+):(\d+)\]")
+_REGISTER = re.compile(r"\b(v|s|a|ttmp|UR|R|UP|P|B)\d+\b")
+
+
+def abstract_registers(line: str) -> str:
+    line = _REGISTER_RANGE.sub(lambda m: f"{m.group(1)}[N:N+{int(m.group(3)) - int(m.group(2))}]", line)
+    return _REGISTER.sub(lambda m: f"{m.group(1)}N", line)
 
 
 def _e(value: Any) -> str:
@@ -49,27 +64,187 @@ def _lines(text: str | None) -> list[str]:
     return text.splitlines() if text else []
 
 
-def _identical(n: int) -> str:
-    return f"{n} identical line{'s' if n != 1 else ''}"
+def _identical(n: int, renamed: int = 0) -> str:
+    text = f"{n} identical line{'s' if n != 1 else ''}"
+    return text + (f" ({renamed} differ only in register numbers)" if renamed else "")
+
+
+MAX_EDIT_DISTANCE = 500       # Myers' search stops here: a larger change is aligned by difflib instead
+
+
+def _myers(a: list[int], b: list[int], max_d: int) -> list[tuple[str, int, int, int, int]] | None:
+    """Opcodes of a shortest edit script (Myers 1986, as git diffs): on repetitive code, where
+    difflib's longest-block matching pairs the wrong copies of a line, it keeps a two-line change
+    two lines. None when more than `max_d` lines must change."""
+    n, m = len(a), len(b)
+    if not n or not m:
+        return [("insert" if m else "delete", 0, n, 0, m)] if n + m <= max_d else None
+    v = {1: 0}
+    trace = []
+    for d in range(max_d + 1):
+        trace.append(dict(v))
+        for k in range(-d, d + 1, 2):
+            x = v[k + 1] if k == -d or (k != d and v[k - 1] < v[k + 1]) else v[k - 1] + 1
+            y = x - k
+            while x < n and y < m and a[x] == b[y]:
+                x, y = x + 1, y + 1
+            v[k] = x
+            if x >= n and y >= m:
+                return _opcodes_from_trace(trace, n, m)
+    return None
+
+
+def _opcodes_from_trace(trace: list[dict[int, int]], n: int, m: int) -> list[tuple[str, int, int, int, int]]:
+    steps = []              # (kind, i, j) backwards: kind "=" (a[i] == b[j]), "-" (a[i] gone), "+" (b[j] new)
+    x, y = n, m
+    for d in range(len(trace) - 1, -1, -1):
+        v, k = trace[d], x - y
+        prev_k = k + 1 if k == -d or (k != d and v[k - 1] < v[k + 1]) else k - 1
+        prev_x = v[prev_k]
+        prev_y = prev_x - prev_k
+        while x > prev_x and y > prev_y:
+            x, y = x - 1, y - 1
+            steps.append(("=", x, y))
+        if d > 0:
+            steps.append(("+", x, prev_y) if x == prev_x else ("-", prev_x, y))
+            x, y = prev_x, prev_y
+    steps.reverse()
+    opcodes: list[tuple[str, int, int, int, int]] = []
+    i = j = 0
+    for kind, _, _ in steps:
+        equal = kind == "="
+        di, dj = (1, 1) if equal else ((1, 0) if kind == "-" else (0, 1))
+        tag = "equal" if equal else "replace"
+        if opcodes and (opcodes[-1][0] == "equal") == equal:
+            t, i1, _, j1, _ = opcodes[-1]
+            opcodes[-1] = (t, i1, i + di, j1, j + dj)
+        else:
+            opcodes.append((tag, i, i + di, j, j + dj))
+        i, j = i + di, j + dj
+    return [(("delete" if j1 == j2 else "insert" if i1 == i2 else tag), i1, i2, j1, j2)
+            for tag, i1, i2, j1, j2 in opcodes]
+
+
+def _diff_opcodes(a: list[str], b: list[str], *, fallback: bool = True) -> list[tuple[str, int, int, int, int]] | None:
+    """Opcodes as difflib's: the common head and tail as they are, the middle by Myers when at most
+    MAX_EDIT_DISTANCE lines change (each line that has no copy on the other side must), else by
+    difflib, or None without `fallback`."""
+    n, m = len(a), len(b)
+    head = 0
+    while head < min(n, m) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(n, m) - head and a[n - 1 - tail] == b[m - 1 - tail]:
+        tail += 1
+    mid_a, mid_b = a[head:n - tail], b[head:m - tail]
+    unmatched = Counter(mid_a)
+    unmatched.subtract(Counter(mid_b))
+    ops = None
+    if sum(abs(count) for count in unmatched.values()) <= MAX_EDIT_DISTANCE:
+        ids: dict[str, int] = {}
+        ops = _myers([ids.setdefault(line, len(ids)) for line in mid_a],
+                     [ids.setdefault(line, len(ids)) for line in mid_b], MAX_EDIT_DISTANCE)
+    if ops is None:
+        if not fallback:
+            return None
+        ops = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False).get_opcodes()
+    ops = [(tag, i1 + head, i2 + head, j1 + head, j2 + head) for tag, i1, i2, j1, j2 in ops if i1 != i2 or j1 != j2]
+    if head:
+        ops.insert(0, ("equal", 0, head, 0, head))
+    if tail:
+        ops.append(("equal", n - tail, n, m - tail, m))
+    merged: list[tuple[str, int, int, int, int]] = []
+    for op in ops:
+        if merged and merged[-1][0] == op[0] == "equal":
+            merged[-1] = ("equal", merged[-1][1], op[2], merged[-1][3], op[4])
+        else:
+            merged.append(op)
+    return merged or [("equal", 0, 0, 0, 0)]
+
+
+def _score(opcodes, base: list[str], head: list[str]) -> tuple[int, int]:
+    changed = sum(i2 - i1 + j2 - j1 for tag, i1, i2, j1, j2 in opcodes if tag != "equal")
+    renamed = sum(base[i] != head[j] for tag, i1, i2, j1, j2 in opcodes if tag == "equal"
+                  for i, j in zip(range(i1, i2), range(j1, j2)))
+    return changed, renamed
+
+
+def _realign(opcodes, base_keys: list[str], head_keys: list[str]):
+    """Within each changed block of the exact diff, align again by the lines' keys: lines equal as
+    written stay anchors, so a repeated line is never paired with the wrong copy of itself."""
+    out: list[tuple[str, int, int, int, int]] = []
+    for tag, i1, i2, j1, j2 in opcodes:
+        pieces = [(tag, i1, i2, j1, j2)]
+        sub = _diff_opcodes(base_keys[i1:i2], head_keys[j1:j2], fallback=False) if tag == "replace" else None
+        if sub is not None:       # else the block stays as the exact diff has it: too large a change to realign
+            pieces = [(t, i1 + a1, i1 + a2, j1 + b1, j1 + b2) for t, a1, a2, b1, b2 in sub if a1 != a2 or b1 != b2]
+        for piece in pieces:
+            if out and out[-1][0] == piece[0] == "equal":
+                out[-1] = ("equal", out[-1][1], piece[2], out[-1][3], piece[4])
+            else:
+                out.append(piece)
+    return out
+
+
+def _grouped(opcodes: list[tuple[str, int, int, int, int]], context: int):
+    """Changed hunks with `context` equal lines around them (difflib's get_grouped_opcodes)."""
+    codes = list(opcodes)
+    if codes[0][0] == "equal":
+        tag, i1, i2, j1, j2 = codes[0]
+        codes[0] = tag, max(i1, i2 - context), i2, max(j1, j2 - context), j2
+    if codes[-1][0] == "equal":
+        tag, i1, i2, j1, j2 = codes[-1]
+        codes[-1] = tag, i1, min(i2, i1 + context), j1, min(j2, j1 + context)
+    group: list = []
+    for tag, i1, i2, j1, j2 in codes:
+        if tag == "equal" and i2 - i1 > 2 * context:
+            group.append((tag, i1, min(i2, i1 + context), j1, min(j2, j1 + context)))
+            yield group
+            group = []
+            i1, j1 = max(i1, i2 - context), max(j1, j2 - context)
+        group.append((tag, i1, i2, j1, j2))
+    if group and not (len(group) == 1 and group[0][0] == "equal"):
+        yield group
 
 
 def stream_diff(base_text: str | None, head_text: str | None, *, context: int = DIFF_CONTEXT,
-                max_rows: int = MAX_DIFF_ROWS) -> dict[str, Any]:
-    """Side-by-side rows of the changed hunks: [tag, base_no, base_line, head_no, head_line];
-    tag is `eq`, `chg`, `del`, `ins` or `gap` (a run of identical lines left out)."""
+                max_rows: int = MAX_DIFF_ROWS, key: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Side-by-side rows of the changed hunks: [tag, base_no, base_line, head_no, head_line]; tag is
+    `eq` (head_line is null: the same text), `ren` (equal under `key`, e.g. registers abstracted,
+    but not as written), `chg`, `del`, `ins` or `gap` (a run of equal lines left out).
+    With `key` the lines are aligned by their keys: a renumbering costs no changed line."""
     base, head = _lines(base_text), _lines(head_text)
-    matcher = difflib.SequenceMatcher(None, base, head, autojunk=False)
+    opcodes = _diff_opcodes(base, head)
+    if key is not None:
+        # Two alignments by key: inside the exact diff's changed blocks (exact matches stay anchors, so a
+        # repeated line is not paired with the wrong copy), or over the whole stream (when renumbering
+        # left only chance exact matches). The one with fewer changed lines, then fewer renamed, wins.
+        base_keys, head_keys = [key(line) for line in base], [key(line) for line in head]
+        whole = _diff_opcodes(base_keys, head_keys, fallback=False)
+        candidates = [_realign(opcodes, base_keys, head_keys)] + ([whole] if whole is not None else [])
+        opcodes = min(candidates, key=lambda ops: _score(ops, base, head))
+    renamed_total = 0
+    for tag, i1, i2, j1, j2 in opcodes:
+        if tag == "equal" and key is not None:
+            renamed_total += sum(base[i] != head[j] for i, j in zip(range(i1, i2), range(j1, j2)))
     rows: list[list[Any]] = []
     added = removed = 0
-    last_base = 0
+    last_base = last_head = 0
     truncated = False
-    for group in matcher.get_grouped_opcodes(context):
-        first_base = group[0][1]
+
+    def gap(i1: int, i2: int, j1: int) -> None:
+        renamed = sum(base[i] != head[j] for i, j in zip(range(i1, i2), range(j1, j1 + i2 - i1)))
+        rows.append(["gap", None, _identical(i2 - i1, renamed), None, ""])
+
+    for group in _grouped(opcodes, context):
+        first_base, first_head = group[0][1], group[0][3]
         if first_base > last_base:
-            rows.append(["gap", None, _identical(first_base - last_base), None, ""])
+            gap(last_base, first_base, last_head)
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                rows.extend(["eq", i + 1, base[i], j + 1, head[j]] for i, j in zip(range(i1, i2), range(j1, j2)))
+                for i, j in zip(range(i1, i2), range(j1, j2)):
+                    rows.append(["eq", i + 1, base[i], j + 1, None] if base[i] == head[j] else
+                                ["ren", i + 1, base[i], j + 1, head[j]])
             elif tag == "replace":
                 removed += i2 - i1
                 added += j2 - j1
@@ -83,14 +258,14 @@ def stream_diff(base_text: str | None, head_text: str | None, *, context: int = 
             else:
                 added += j2 - j1
                 rows.extend(["ins", None, "", j + 1, head[j]] for j in range(j1, j2))
-        last_base = group[-1][2]
+        last_base, last_head = group[-1][2], group[-1][4]
         if len(rows) > max_rows:
             truncated = True
             rows = rows[:max_rows]
             break
     if not truncated and rows and last_base < len(base):
-        rows.append(["gap", None, _identical(len(base) - last_base), None, ""])
-    return {"rows": rows, "added": added, "removed": removed, "truncated": truncated,
+        gap(last_base, len(base), last_head)
+    return {"rows": rows, "added": added, "removed": removed, "renamed": renamed_total, "truncated": truncated,
             "base_lines": len(base), "head_lines": len(head)}
 
 
@@ -121,7 +296,27 @@ def _instructions(v: CellVerdict) -> tuple[int | None, int | None]:
     return base, head
 
 
-def _cell_data(v: CellVerdict) -> dict[str, Any]:
+class _DiffBudget:
+    """Diff rows the page may still hold; cells past it get a note instead of a diff."""
+
+    def __init__(self, rows: int):
+        self.left = rows
+
+    def take(self, rows: int) -> bool:
+        if rows > self.left:
+            self.left = 0       # keep the order of the page: no later, smaller diff jumps the queue
+            return False
+        self.left -= rows
+        return True
+
+
+def _left_out(v: CellVerdict) -> str:
+    return (f"diff left out: this page holds at most {PAGE_DIFF_ROWS} diff rows; "
+            f"`xisa report --html FILE --arch {v.target} --kernel {v.kernel}:{v.case}` makes a page with this "
+            "cell's diff")
+
+
+def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, Any]:
     base_n, head_n = _instructions(v)
     data: dict[str, Any] = {
         "id": v.id, "verdict": v.verdict, "in_scope": v.in_scope, "message": v.message, "golden": v.golden_file,
@@ -132,13 +327,24 @@ def _cell_data(v: CellVerdict) -> dict[str, Any]:
         "resources": _resources(v),
         "histogram": _histogram(v),
         "histogram_kind": "delta" if v.delta is not None else ("head" if v.base is None else "base"),
-        "binding_changed": bool(v.delta and v.delta.binding_changed),
-        "diff": None,
+        "binding": [[key, b, h] for key, b, h in v.delta.binding] if v.delta else [],
+        "diff": None, "register_diff": None,
     }
     base_stream = v.base.stream_text if v.base else None
     head_stream = v.head.analysis.stream_text if v.head and v.head.analysis else None
-    if base_stream is not None and head_stream is not None and base_stream != head_stream:
-        data["diff"] = stream_diff(base_stream, head_stream)
+    if base_stream is not None and head_stream is not None and base_stream != head_stream and budget \
+            and not budget.left:
+        data["diff_note"] = _left_out(v)
+    elif base_stream is not None and head_stream is not None and base_stream != head_stream:
+        exact = stream_diff(base_stream, head_stream)
+        aligned = stream_diff(base_stream, head_stream, key=abstract_registers)
+        if not aligned["renamed"]:
+            aligned = None          # no line differs only in register numbers: the exact diff says it all
+        budget = budget or _DiffBudget(PAGE_DIFF_ROWS)
+        if budget.take(len(exact["rows"]) + (len(aligned["rows"]) if aligned else 0)):
+            data["diff"], data["register_diff"] = exact, aligned
+        else:
+            data["diff_note"] = _left_out(v)
     elif v.verdict == CHANGED and base_stream is None:
         data["diff_note"] = "the golden has no stream file (stream_files = false): no diff to show"
     return data
@@ -154,8 +360,13 @@ def _fmt_delta(base: int | None, head: int | None) -> str:
     return f"{head - base:+d}"
 
 
-def render_html(report: CheckReport, *, title: str = "xisa report") -> str:
+def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: int | None = None,
+                exit_note: str = "", accept: list[str] | None = None) -> str:
+    """`exit_code` is what the command exits with (the report's own verdict unless the command's
+    policy differs, as a comparison with --base does); `exit_note` says why, `accept` how to bless."""
     verdicts = list(report.verdicts)
+    code = report.exit_code if exit_code is None else exit_code
+    budget = _DiffBudget(PAGE_DIFF_ROWS)
     index = {v.id: i for i, v in enumerate(verdicts)}
     targets = sorted({v.target for v in verdicts})
     rows = sorted({(v.kernel, v.case) for v in verdicts})
@@ -176,9 +387,10 @@ def render_html(report: CheckReport, *, title: str = "xisa report") -> str:
     from xisa.report import summary_line
 
     w(f"<p class=\"summary\" id=\"summary\">{_e(summary_line(report))}</p>\n")
-    exit_label = {0: "pass", 1: "regression", 2: "untrusted"}.get(report.exit_code, str(report.exit_code))
-    w(f"<p class=\"meta\">exit code <b id=\"exit-code\" class=\"exit-{report.exit_code}\">{report.exit_code} "
-      f"({_e(exit_label)})</b> · toolchain "
+    exit_label = EXIT_LABEL.get(code, str(code))
+    w(f"<p class=\"meta\">exit code <b id=\"exit-code\" class=\"exit-{code}\">{code} "
+      f"({_e(exit_label)})</b>" + (f" <span id=\"exit-note\">({_e(exit_note)})</span>" if exit_note else "")
+      + " · toolchain "
       + ", ".join(f"{_e(k)} <code>{_e(val)}</code>" for k, val in sorted(report.toolchain.items()))
       + (" · scopes " + ", ".join(f"<code>{_e(s)}</code>" for s in report.scopes) if report.scopes else
          " · no scope declared")
@@ -190,6 +402,9 @@ def render_html(report: CheckReport, *, title: str = "xisa report") -> str:
         w("<p class=\"problem\" id=\"isolation\">isolation violated: "
           + ", ".join(f"<a href=\"#open={_e(v.id)}\">{_e(v.id)}</a>" for v in report.isolation_violations)
           + "</p>\n")
+    if accept:
+        w("<div class=\"accept\" id=\"accept\">to accept these goldens: "
+          + "".join(f"<pre>{_e(command)}</pre>" for command in accept) + "</div>\n")
     w("</header>\n")
 
     # filter bar
@@ -254,9 +469,10 @@ def render_html(report: CheckReport, *, title: str = "xisa report") -> str:
               f"data-verdict=\"{_e(v.verdict)}\"{' open' if v.id in auto_open else ''}>"
               f"<summary><span class=\"tag v-{_e(v.verdict)}\">{_e(v.verdict)}{_e(extra)}</span> "
               f"<code>{_e(v.id)}</code> <span class=\"muted\">{_e(counts_text)} instructions</span>"
-              + (f" <span class=\"muted\">— {_e(v.message)}</span>" if v.message and v.verdict != SAME else "")
+              + (f" <span class=\"muted\">— {_e(v.message.splitlines()[0])}</span>"
+                 if v.message and v.verdict != SAME else "")
               + f"</summary><div class=\"body\"></div>"
-              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v))}</script>"
+              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v, budget))}</script>"
               f"</details>\n")
         w("</details>\n")
 
@@ -328,6 +544,12 @@ table.diff{border-collapse:collapse;width:100%;table-layout:fixed;margin-top:.4e
 .diff tr.chg td.l,.diff tr.del td.l{background:#ffd7d5}.diff tr.chg td.r,.diff tr.ins td.r{background:#ccf5d3}
 .diff tr.gap td{background:#f0f3f8;color:#667;text-align:center;font-style:italic}
 .diff th{background:#f4f4f4;text-align:left;padding:2px 6px}
+.diff tr.ren td.l,.diff tr.ren td.r{background:#f6f1ff;color:#555}
+.tabs{margin:.4em 0 0}.tab{border:1px solid var(--border);background:#f4f4f4;padding:.2em .7em;cursor:pointer;
+margin-right:.3em;border-radius:3px 3px 0 0}.tab.active{background:#fff;border-bottom-color:#fff;font-weight:600}
+pre.message{background:#fff5f5;border-left:4px solid #c00;padding:.3em .6em;white-space:pre;overflow:auto}
+.accept{margin:.3em 0}.accept pre{display:inline-block;margin:.1em .4em;padding:.1em .5em;background:#f4f4f4;
+border:1px solid var(--border);border-radius:3px;white-space:pre-wrap}
 .hidden{display:none!important}footer{margin-top:2em;color:var(--muted);font-size:12px}
 """
 
@@ -362,33 +584,53 @@ function renderHistogram(data){
     if(r[2]!==null){var c=el("span","bar head");c.style.width=(100*r[2]/max)+"%";c.title="head "+r[2];bars.appendChild(c);}
     tr.appendChild(bars);});
   wrap.appendChild(t);return wrap;}
-function renderDiff(diff){
+function renderDiffTable(diff){
   var wrap=el("div","diff-wrap");
-  wrap.appendChild(el("div","muted","normalized instruction stream: "+diff.removed+" lines removed, "+diff.added+
-    " added ("+diff.base_lines+" → "+diff.head_lines+" lines)"+(diff.truncated?"; cut after the first rows":"")));
   var t=el("table","diff");var cg=el("colgroup");["no","","no",""].forEach(function(c){var col=el("col");if(c)col.className=c;cg.appendChild(col);});
   t.appendChild(cg);var h=t.insertRow();h.appendChild(el("th",null,""));h.appendChild(el("th",null,"golden"));
   h.appendChild(el("th",null,""));h.appendChild(el("th",null,"head"));
   diff.rows.forEach(function(r){var tr=t.insertRow();tr.className=r[0];
     if(r[0]==="gap"){var g=el("td",null,"… "+r[2]+" …");g.colSpan=4;tr.appendChild(g);return;}
     tr.appendChild(el("td","no",r[1]===null?"":r[1]));tr.appendChild(el("td","l",r[2]));
-    tr.appendChild(el("td","no",r[3]===null?"":r[3]));tr.appendChild(el("td","r",r[4]));});
+    tr.appendChild(el("td","no",r[3]===null?"":r[3]));tr.appendChild(el("td","r",r[4]===null?r[2]:r[4]));});
+  if(diff.truncated)wrap.appendChild(el("div","muted","cut after the first "+diff.rows.length+" rows"));
+  wrap.insertBefore(t,wrap.firstChild);return wrap;}
+function diffSummary(diff){return diff.removed+" lines removed, "+diff.added+" added ("+diff.base_lines+" → "+
+  diff.head_lines+" lines)"+(diff.renamed?"; "+diff.renamed+" more differ only in register numbers":"");}
+function renderDiffs(data){
+  var wrap=el("div","diffs");var views=[];
+  if(data.register_diff)views.push({key:"registers",label:"registers abstracted: "+diffSummary(data.register_diff),diff:data.register_diff});
+  views.push({key:"exact",label:"exact: "+diffSummary(data.diff),diff:data.diff});
+  var bar=el("div","tabs");wrap.appendChild(bar);var bodies=[];
+  views.forEach(function(v,i){var b=el("button","tab"+(i===0?" active":""),v.label);b.type="button";b.dataset.view=v.key;bar.appendChild(b);
+    var body=renderDiffTable(v.diff);body.dataset.view=v.key;if(i>0)body.classList.add("hidden");bodies.push(body);wrap.appendChild(body);
+    b.addEventListener("click",function(){Array.prototype.forEach.call(bar.children,function(x){x.classList.toggle("active",x===b);});
+      bodies.forEach(function(x){x.classList.toggle("hidden",x.dataset.view!==v.key);});});});
+  wrap.insertBefore(el("div","muted","normalized instruction stream, golden vs head"+(views.length>1?
+    " (registers abstracted: v12 → vN, s[4:5] → s[N:N+1], R12 → RN, so renumbered registers align)":"")),bar);
+  return wrap;}
+function renderBinding(data){
+  var wrap=el("div");wrap.appendChild(el("div","muted","launch binding: golden vs head (what differs)"));
+  var t=el("table","res binding");var h=t.insertRow();["field","golden","head"].forEach(function(x){h.appendChild(el("th",null,x));});
+  data.binding.forEach(function(r){var tr=t.insertRow();tr.className="moved";tr.appendChild(el("td",null,r[0]));
+    tr.appendChild(el("td",null,r[1]===null?"(none)":JSON.stringify(r[1])));tr.appendChild(el("td",null,r[2]===null?"(none)":JSON.stringify(r[2])));});
   wrap.appendChild(t);return wrap;}
 function render(d){
   if(d.dataset.rendered)return;var data=dataOf(d);if(!data)return;d.dataset.rendered="1";
   var body=d.querySelector(".body");
   var info=el("div","muted","instructions "+fmt(data.instructions[0])+" → "+fmt(data.instructions[1])+
     " · golden "+(data.golden||"–")+" · sha256 "+(data.base_sha256?data.base_sha256.slice(0,16):"–")+" → "+
-    (data.head_sha256?data.head_sha256.slice(0,16):"–")+(data.binding_changed?" · the binding (signature/attrs) changed":""));
+    (data.head_sha256?data.head_sha256.slice(0,16):"–"));
   body.appendChild(info);
-  if(data.message)body.appendChild(el("p",null,data.message));
+  if(data.message)body.appendChild(el(data.message.indexOf("\n")>=0?"pre":"p","message",data.message));
   data.expectations.forEach(function(x){body.appendChild(el("p","problem","expectation failed: "+x));});
   if(data.verdict==="same"){body.appendChild(el("p","muted","byte-identical to the golden"));}
   var cols=el("div","cols");
   if(data.resources.length)cols.appendChild(renderResources(data));
+  if(data.binding.length)cols.appendChild(renderBinding(data));
   if(data.verdict!=="same"&&(data.histogram.length||data.histogram_kind==="delta"))cols.appendChild(renderHistogram(data));
   body.appendChild(cols);
-  if(data.diff)body.appendChild(renderDiff(data.diff));
+  if(data.diff)body.appendChild(renderDiffs(data));
   else if(data.diff_note)body.appendChild(el("p","muted",data.diff_note));
 }
 var details=Array.prototype.slice.call(document.querySelectorAll("details.cell-detail"));

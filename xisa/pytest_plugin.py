@@ -1,16 +1,24 @@
 """pytest integration: `@pytest.mark.xisa_device(...)` gating, and `pytest --xisa` (one item per cell).
 
 Thin glue, as in syrupy: the verdicts come from xisa's report objects, pytest only presents them.
+
+`pytest --xisa` runs the cells only; naming test paths too (`pytest --xisa tests/`) runs those as
+well. Each cell's node id is `xisa::KERNEL:CASE@TARGET`, and passing one back (a glob too, as in
+`pytest 'xisa::gemm:*@gfx942'`) runs just those cells, --xisa implied.
 """
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
+import shlex
 from pathlib import Path
 
 import pytest
 
 _DEVICES_KEY = pytest.StashKey[object]()
+_SELECT_KEY = pytest.StashKey[list]()
+NODE_PREFIX = "xisa::"          # a cell's node id: xisa::kernel:case@target
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -26,6 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xisa_device(pattern): run only when a GPU of that target, glob or family "
                                        "is present (e.g. 'sm_90', 'gfx11*', 'cdna3'); skipped with the reason")
     config.addinivalue_line("markers", "xisa_cell: an xisa (kernel, case, target) golden check")
+    _take_cell_arguments(config)
     if config.getoption("xisa_update", default=False):
         from xisa.bless import refuse_in_ci
         from xisa.errors import XisaError
@@ -34,6 +43,19 @@ def pytest_configure(config: pytest.Config) -> None:
             refuse_in_ci()
         except XisaError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+def _take_cell_arguments(config: pytest.Config) -> None:
+    """Turn `xisa::...` arguments into a cell selection (they are node ids, not paths), and with
+    --xisa collect test files only where the user named some: `pytest --xisa` runs the cells alone."""
+    selectors = [arg[len(NODE_PREFIX):] for arg in config.args if arg.startswith(NODE_PREFIX)]
+    config.stash[_SELECT_KEY] = selectors
+    if selectors:
+        config.option.xisa = True
+    if not config.getoption("xisa", default=False):
+        return
+    named = config.args_source == pytest.Config.ArgsSource.ARGS
+    config.args[:] = [arg for arg in config.args if named and not arg.startswith(NODE_PREFIX)]
 
 
 def _devices(config: pytest.Config):
@@ -122,20 +144,51 @@ def _explain(verdict) -> str:
                                         "golden", "now", lineterm="", n=2)
             body = list(diff)
             lines += body[:60] + ([f"... {len(body) - 60} more diff lines"] if len(body) > 60 else [])
-    lines.append("accept with: xisa bless --arch {0} --kernel {1}:{2}".format(verdict.target, verdict.kernel, verdict.case))
+    from xisa.report import accept_commands
+
+    for command in accept_commands(_one_cell_report(verdict), kernel_filters=[f"{verdict.kernel}:{verdict.case}"]):
+        lines.append(f"accept with: {command}")
+    lines.append(f"re-run: pytest --xisa {shlex.quote(NODE_PREFIX + verdict.id)}")
     return "\n".join(lines)
 
 
+def _one_cell_report(verdict):
+    from xisa.verdict import CheckReport
+
+    return CheckReport(verdicts=[verdict], toolchain={}, golden_toolchains={}, scopes=[])
+
+
+class XisaCollector(pytest.Collector):
+    """The parent of every cell item, so each node id reads `xisa::kernel:case@target`."""
+
+    def collect(self):
+        return []
+
+
+@pytest.hookimpl(tryfirst=True)   # before -k / -m deselect, so they apply to cells too
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("xisa"):
         return
     from xisa.errors import XisaError
+    from xisa.names import closest
+    from xisa.verdict import check_scopes
     from xisa.workspace import open_workspace
 
     try:
         ws = open_workspace(cwd=Path(str(config.rootpath)))
         _, cells = ws.select(arch=config.getoption("xisa_arch") or None, kernel=config.getoption("xisa_kernel") or None)
+        check_scopes(config.getoption("xisa_scope"), targets=sorted(ws.targets),
+                     cases={spec.name: [case.name for case in spec.cases] for spec in ws.specs})
     except XisaError as exc:
         raise pytest.UsageError(f"xisa: {exc}") from None
+    selectors = config.stash.get(_SELECT_KEY, [])
+    for selector in selectors:
+        if not any(fnmatch.fnmatchcase(cell.id, selector) for cell in cells):
+            near = closest(selector, [cell.id for cell in cells])
+            raise pytest.UsageError(f"xisa: no cell matches {NODE_PREFIX}{selector}"
+                                    + (f" (did you mean {NODE_PREFIX}{near}?)" if near else ""))
+    if selectors:
+        cells = [cell for cell in cells if any(fnmatch.fnmatchcase(cell.id, s) for s in selectors)]
+    parent = XisaCollector.from_parent(session, name="xisa", nodeid="xisa")
     for cell in cells:
-        items.append(XisaCellItem.from_parent(session, name=cell.id, cell=cell, workspace=ws))
+        items.append(XisaCellItem.from_parent(parent, name=cell.id, cell=cell, workspace=ws))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from xisa.errors import SpecError
+from xisa.expect import check_for_target as check_expectations_for_target, validate as validate_expectations
 from xisa.names import CASE_NAME, KERNEL_NAME, check_name
 from xisa.target import Target
 from xisa.yamlio import load_yaml
@@ -121,6 +122,7 @@ def _check_layer(layer: dict, path: str, fieldname: str, allowed: set[str] = _LA
         expect = _mapping(layer["expect"], path, f"{fieldname}.expect")
         for pattern, conds in expect.items():
             _mapping(conds, path, f"{fieldname}.expect.{pattern}")
+        validate_expectations(tuple(expect.items()), path=path, field=fieldname)
     if "targets" in layer:
         _patterns(layer["targets"], path, f"{fieldname}.targets")
     if "runtime" in layer and not (layer["runtime"] is None or (isinstance(layer["runtime"], str)
@@ -245,6 +247,8 @@ def case_targets(case: CaseSpec, targets: list[Target]) -> list[Target]:
 def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
     layers = list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target.name, pattern)]
     merged = _merge(layers)
+    check_expectations_for_target(tuple(merged["expect"].items()), target.name, target.backend,
+                                  path=spec.spec_path, field=case.field_path)
     return Cell(kernel=spec, case=case.name, target=target, args=merged["args"], constexprs=merged["constexprs"],
                 options=merged["options"], expect=tuple(merged["expect"].items()), field_path=case.field_path,
                 runtime=merged["runtime"])

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from xisa.analyze import ANALYZER_VERSION
-from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError
+from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, UsageError
 from xisa.expect import Failure
 from xisa.golden import Golden, golden_paths, list_goldens, read_golden
-from xisa.names import display_path
+from xisa.names import closest, display_path
 from xisa.result import CellResult
 from xisa.shard import shard_of
 from xisa.spec import matches_kernel_filter
@@ -43,18 +43,47 @@ class Scope:
                 and fnmatch.fnmatchcase(case, self.case))
 
 
+def check_scopes(scopes: list[str], *, targets: list[str], cases: dict[str, list[str]]) -> list[Scope]:
+    """Each --scope parsed, and refused when a part matches nothing the project knows (a typo would
+    otherwise allow nothing and say so nowhere): `cases` maps each kernel to its case names."""
+    parsed = []
+    for text in scopes:
+        scope = Scope.parse(text)
+        parsed.append(scope)
+        kernels = [k for k in sorted(cases) if fnmatch.fnmatchcase(k, scope.kernel)]
+        if not any(fnmatch.fnmatchcase(t, scope.target) for t in targets):
+            part, known, what = scope.target, sorted(targets), "target"
+        elif not kernels:
+            part, known, what = scope.kernel, sorted(cases), "kernel"
+        elif not any(fnmatch.fnmatchcase(c, scope.case) for k in kernels for c in cases[k]):
+            part, known, what = scope.case, sorted({c for k in kernels for c in cases[k]}), f"case of {', '.join(kernels)}"
+        else:
+            continue
+        near = closest(part, known)
+        raise UsageError(f"scope {text!r}: {part!r} matches no {what}", field="--scope",
+                         fix=f"did you mean {near!r}?" if near else "see `xisa kernels` and `xisa targets`")
+    return parsed
+
+
 @dataclass
 class Delta:
     instructions: tuple[int, int]
     histogram: list[tuple[str, int, int]]            # (mnemonic, base, head), largest change first
     resources: dict[str, tuple[Any, Any]]
-    binding_changed: bool
+    # (field, base, head) for each launch fact that differs: `signature.x_ptr`, `constexprs.BLOCK`,
+    # `attrs.x_ptr`, `options.num_warps`; a value absent on one side is None.
+    binding: list[tuple[str, Any, Any]] = field(default_factory=list)
+
+    @property
+    def binding_changed(self) -> bool:
+        return bool(self.binding)
 
     def to_json(self) -> dict[str, Any]:
         return {"instructions": list(self.instructions),
                 "histogram": [{"mnemonic": m, "base": b, "head": h} for m, b, h in self.histogram],
                 "resources": {k: list(v) for k, v in self.resources.items()},
-                "binding_changed": self.binding_changed}
+                "binding_changed": self.binding_changed,
+                "binding": [{"field": k, "base": b, "head": h} for k, b, h in self.binding]}
 
 
 @dataclass
@@ -164,7 +193,23 @@ def compute_delta(base: dict[str, Any], head_result: CellResult) -> Delta:
         if b != h and (b is not None or h is not None):
             resources[key] = (b, h)
     return Delta(instructions=(base["instructions"], head.instructions), histogram=hist, resources=resources,
-                 binding_changed=base.get("binding") != head_result.binding)
+                 binding=binding_differences(base, head_result))
+
+
+BINDING_SECTIONS = ("signature", "constexprs", "attrs")
+
+
+def binding_differences(base: dict[str, Any], head_result: CellResult) -> list[tuple[str, Any, Any]]:
+    """What a launch would bind differently: signature, constexprs, attrs, then launch options."""
+    pairs = [(section, (base.get("binding") or {}).get(section) or {}, head_result.binding.get(section) or {})
+             for section in BINDING_SECTIONS]
+    pairs.append(("options", base.get("options") or {}, head_result.options or {}))
+    changes = []
+    for section, old, new in pairs:
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                changes.append((f"{section}.{key}", old.get(key), new.get(key)))
+    return changes
 
 
 def matches_filters(kernel: str, case: str, target: str, targets: set[str], kernel_filters: list[str] | None) -> bool:

@@ -19,7 +19,7 @@ from xisa.commands.common import (ArchOption, JobsOption, KernelOption, LockTime
                                   SpecOption, TimeoutOption, stderr, stdout)
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, UsageError
 from xisa.progress import progress_reporter
-from xisa.report import render_check_text, render_junit, render_markdown
+from xisa.report import error_block, render_check_text, render_junit, render_markdown
 from xisa.runner import RunOptions
 from xisa.toolchain import describe_toolchain
 from xisa.verdict import CheckReport, build_report
@@ -50,9 +50,9 @@ CompileBaseOption = Annotated[bool, typer.Option(
 
 
 def _emit_report(report: CheckReport, fmt: Format, output: Path | None, *, counts: list[str], title: str,
-                 quiet: bool) -> None:
+                 quiet: bool, accept: list[str] | None = None) -> None:
     if fmt is Format.text and output is None:
-        render_check_text(stdout(), report, counts=counts, quiet=quiet)
+        render_check_text(stdout(), report, counts=counts, quiet=quiet, accept=accept)
         return
     if fmt is Format.text:
         from io import StringIO
@@ -60,12 +60,16 @@ def _emit_report(report: CheckReport, fmt: Format, output: Path | None, *, count
         from rich.console import Console
 
         buffer = StringIO()
-        render_check_text(Console(file=buffer, width=200, no_color=True), report, counts=counts, quiet=quiet)
+        render_check_text(Console(file=buffer, width=200, no_color=True), report, counts=counts, quiet=quiet,
+                          accept=accept)
         text = buffer.getvalue()
     elif fmt is Format.json:
-        text = json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
+        payload = report.to_json()
+        if accept is not None:
+            payload["accept"] = accept
+        text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
     elif fmt is Format.markdown:
-        text = render_markdown(report, counts=counts, title=title)
+        text = render_markdown(report, counts=counts, title=title, accept=accept)
     else:
         text = render_junit(report)
     if output is None:
@@ -80,12 +84,27 @@ def _emit_report(report: CheckReport, fmt: Format, output: Path | None, *, count
         stderr().print(f"wrote {output}")
 
 
-def _validate_scopes(scopes: list[str] | None) -> None:
-    """A bad --scope is refused before anything compiles."""
-    from xisa.verdict import Scope
+def _validate_scopes(scopes: list[str] | None, ws=None) -> None:
+    """A bad --scope is refused before anything compiles: its syntax, and (given the workspace) a
+    part that matches no known target, kernel or case."""
+    from xisa.verdict import Scope, check_scopes
 
-    for text in scopes or []:
-        Scope.parse(text)
+    if ws is None:
+        for text in scopes or []:
+            Scope.parse(text)
+        return
+    check_scopes(scopes or [], targets=sorted(ws.targets),
+                 cases={spec.name: [case.name for case in spec.cases] for spec in ws.specs})
+
+
+def _accept(report: CheckReport, ws, kernel: list[str] | None, spec: list[Path] | None,
+            golden: Path | None) -> list[str]:
+    """The `xisa bless` commands that accept what this check found changed, new or unused."""
+    from xisa.report import accept_commands
+
+    extra = [word for path in spec or [] for word in ("--spec", str(path))]
+    extra += ["--golden", str(golden)] if golden is not None else []
+    return accept_commands(report, kernel_filters=kernel, extra_args=extra, kernels={s.name for s in ws.specs})
 
 
 def _run(ws, arch, kernel, jobs, timeout, no_cache, shard=None, *, golden_dirs=()) -> Run:
@@ -123,6 +142,7 @@ def check(
         raise UsageError("--compile-base needs --base", field="--compile-base", fix="e.g. --base origin/main --compile-base")
     _validate_scopes(scope)
     ws = open_workspace(spec=spec, golden=golden)
+    _validate_scopes(scope, ws)
     _, whole = select_cells(ws, arch=arch, kernel=kernel)   # every shard's cells: what `xisa merge` must get back
     selection = describe_selection(ws, arch=arch, kernel=kernel, cells=whole)
     run = _run(ws, arch, kernel, jobs, timeout, no_cache, shard, golden_dirs=[(ws.project.golden_dir, "")])
@@ -130,7 +150,8 @@ def check(
                           selected_targets={t.name for t in run.targets}, kernel_filters=kernel,
                           scopes=scope or [], toolchain=describe_toolchain(backends=run.backends),
                           shard=parse_shard(shard), selection=selection)
-    _emit_report(report, fmt, output, counts=count or [], title="xisa check", quiet=quiet)
+    _emit_report(report, fmt, output, counts=count or [], title="xisa check", quiet=quiet,
+                 accept=_accept(report, ws, kernel, spec, golden))
     raise typer.Exit(report.exit_code)
 
 
@@ -140,6 +161,7 @@ def bless(
     timeout: TimeoutOption = 600.0, no_cache: NoCacheOption = False,
     golden: Annotated[Optional[Path], typer.Option("--golden", help="Golden folder (default: golden/).")] = None,
     lock_timeout: LockTimeoutOption = 30.0,
+    quiet: QuietOption = False,
 ) -> None:
     """Accept the current compile as the goldens of the selection (refused when CI is set)."""
     refuse_in_ci()
@@ -152,15 +174,16 @@ def bless(
     out = stdout()
     for path in outcome.recovered:
         out.print(f"recovered {path} (left by an interrupted bless)")
-    for path in outcome.written:
-        out.print(f"wrote {path}")
-    for path in outcome.removed:
-        out.print(f"removed {path}")
+    if not quiet:
+        for path in outcome.written:
+            out.print(f"wrote {path}")
+        for path in outcome.removed:
+            out.print(f"removed {path}")
     out.print(f"{len(outcome.written)} written, {len(outcome.unchanged)} unchanged, {len(outcome.removed)} removed")
     err = stderr()
     for result in run.results:
         if not result.ok:
-            err.print(f"error {result.id}: {result.error} (no golden written)", markup=False)
+            err.print(error_block(f"error {result.id} (no golden written)", result.error or ""), markup=False)
     for cell_id, fails in run.failures.items():
         for failure in fails:
             err.print(f"expectation failed {cell_id}: {failure}", markup=False)
@@ -179,6 +202,7 @@ def _gate(base: str, *, compile_base: bool, arch, kernel, spec, scope, jobs, tim
 
     _validate_scopes(scope)
     ws = open_workspace(spec=spec, golden=golden)
+    _validate_scopes(scope, ws)
     commit = gitrev.resolve(base, ws.project.root)
     with contextlib.ExitStack() as stack:
         base_errors: dict[str, str] = {}

@@ -11,6 +11,7 @@ from xisa.cache import ResultCache
 from xisa.cli import app, cache_app
 from xisa.commands.common import ArchOption, SpecOption, stdout
 from xisa.project import load_project
+from xisa.report import JSON_SCHEMA_VERSION
 from xisa.spec import case_targets
 from xisa.target import load_targets, select_targets
 from xisa.workspace import open_workspace
@@ -22,7 +23,8 @@ def targets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
     project = load_project()
     known = load_targets(list(project.target_dirs), root=project.root)
     if as_json:
-        typer.echo(json.dumps([known[n].summary() for n in sorted(known)], indent=2))
+        typer.echo(json.dumps({"schema": JSON_SCHEMA_VERSION, "kind": "targets",
+                               "targets": [known[n].summary() for n in sorted(known)]}, indent=2))
         return
     table = Table("target", "backend", "arch", "wave", "family", "fp8", "matrix", "file")
     for name in sorted(known):
@@ -44,7 +46,7 @@ def kernels(spec: SpecOption = None, arch: ArchOption = None,
                          "function": kernel_spec.function,
                          "targets": [t.name for t in case_targets(case, chosen)]})
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps({"schema": JSON_SCHEMA_VERSION, "kind": "kernels", "kernels": rows}, indent=2))
         return
     table = Table("kernel", "case", "targets", "spec")
     for row in rows:

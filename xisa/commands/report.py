@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from xisa.cli import app
-from xisa.commands.check import ScopeOption, _run
+from xisa.commands.check import ScopeOption, _accept, _run, _validate_scopes
 from xisa.commands.common import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
                                   TimeoutOption, stderr, stdout)
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED
@@ -33,7 +33,9 @@ def report(
 
     Without --base: the same verdicts and exit code as `xisa check`. With --base REV: as `xisa diff`
     (exit 0 unless the result cannot be trusted)."""
+    _validate_scopes(scope)
     ws = open_workspace(spec=spec, golden=golden)
+    _validate_scopes(scope, ws)
     run = _run(ws, arch, kernel, jobs, timeout, no_cache)
     toolchain = describe_toolchain(backends=run.backends)
     common = dict(selected_targets={t.name for t in run.targets}, kernel_filters=kernel, scopes=scope or [],
@@ -42,7 +44,8 @@ def report(
         result = build_report(run.results, run.failures, golden_dir=ws.project.golden_dir,
                               display_root=ws.project.root, **common)
         page_title = title or "xisa check"
-        code = result.exit_code
+        code, note = result.exit_code, ""
+        accept = _accept(result, ws, kernel, spec, golden)
     else:
         from xisa import gitrev
 
@@ -50,7 +53,9 @@ def report(
             result = build_report(run.results, run.failures, golden_dir=base_dir, display_root=base_dir, **common)
         page_title = title or f"xisa: ISA against {base}"
         code = EXIT_UNTRUSTED if result.exit_code == EXIT_UNTRUSTED else EXIT_OK
-    write_html(html_file, render_html(result, title=page_title))
+        note = f"against --base {base} this command reports changes and fails only when they cannot be trusted"
+        accept = None
+    write_html(html_file, render_html(result, title=page_title, exit_code=code, exit_note=note, accept=accept))
     if not quiet:
         from xisa.report import summary_line
 
