@@ -126,7 +126,7 @@ def test_the_gate_fails_naming_out_of_scope_cells_until_the_bless_is_narrowed(ru
     git(repo, "commit", "-qam", "tune gfx11, on its path")
     passed = run_xisa("diff", "--base", "main", "--scope", "gfx11*", "--format", "text", cwd=repo)
     assert passed.code == 0, passed.out + passed.err
-    assert "changed: gfx1100 (1 cell); byte-identical: gfx942, sm_90 (2 cells)" in passed.out
+    assert "gfx1100: 1 changed; byte-identical: gfx942, sm_90 (2 cells)" in passed.out
     assert "isolation violated" not in passed.out and "stale" not in passed.out
 
 
