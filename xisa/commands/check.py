@@ -282,7 +282,7 @@ def merge(
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
     output: OutputOption = None,
 ) -> None:
-    """Combine shard reports into one verdict; refuses missing, duplicate or mixed-toolchain shards."""
+    """Combine shard reports into one verdict; refuses shards that are not one complete, consistent selection."""
     from xisa.merge import merge_reports
 
     merged = merge_reports(list(reports))
