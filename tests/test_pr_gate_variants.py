@@ -186,6 +186,7 @@ def test_compile_base_compiles_what_the_base_configures(run_xisa, tmp_path):
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "two kernels")
+    git(root, "checkout", "-qb", "fewer")
     edit(root / "pyproject.toml", ', "kernels/ops2.yaml"', "")
     git(root, "commit", "-qam", "one kernel")
     out = run_xisa("diff", "--base", "main", "--compile-base", "--format", "json", cwd=root)

@@ -219,7 +219,10 @@ def matches_filters(kernel: str, case: str, target: str, targets: set[str], kern
 
 def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, golden_dir: Path,
                  display_root: Path, selected_targets: set[str], kernel_filters: list[str] | None,
-                 scopes: list[str], toolchain: dict[str, str], shard: tuple[int, int] | None = None) -> CheckReport:
+                 scopes: list[str], toolchain: dict[str, str], shard: tuple[int, int] | None = None,
+                 golden_owner: str = "") -> CheckReport:
+    """`golden_owner` names the revision the goldens are read from (a PR gate's base), where re-blessing
+    cannot fix them."""
     parsed_scopes = [Scope.parse(s) for s in scopes]
     verdicts: list[CellVerdict] = []
     golden_toolchains: dict[str, list[str]] = {}
@@ -288,8 +291,13 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                         f"{installed} is installed: fingerprints cannot be compared (fix: install triton=={version} "
                         f"or re-bless with {installed})")
     for version in sorted(golden_analyzers):
-        problems.append(f"goldens were made by xisa's analyzer {version}, this xisa is {ANALYZER_VERSION}: "
-                        "re-bless with `xisa bless`")
+        if golden_owner:
+            problems.append(f"the goldens of {golden_owner} were made by xisa's analyzer {version}, this xisa is "
+                            f"{ANALYZER_VERSION}: they cannot be compared with this compile (fix: judge against "
+                            f"{golden_owner} compiled by this xisa, --compile-base)")
+        else:
+            problems.append(f"goldens were made by xisa's analyzer {version}, this xisa is {ANALYZER_VERSION}: "
+                            "re-bless with `xisa bless`")
     verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
     return CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains=golden_toolchains, scopes=scopes,
                        problems=problems, shard=shard)

@@ -84,8 +84,13 @@ def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root
     (fact, theirs, ours), files = max(mismatched.items(), key=lambda item: len(item[1]))
     others = len({f for group in mismatched.values() for f in group} - set(files))
     name = {"triton": "Triton", "amd_codegen": "the AMD codegen revision", "ptxas": "ptxas"}.get(fact, fact)
-    fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
-           else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
+    if label:   # a base revision's goldens: re-blessing this tree cannot change them
+        fix = (f"pip install triton=={theirs}, or judge against the base compiled with {ours}: --compile-base"
+               if fact == "triton" else "install the Triton build the goldens were made with, or judge against "
+                                        "the base compiled with this one: --compile-base")
+    else:
+        fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
+               else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
     count = len(files)
     raise ToolchainError(f"{count} golden{'s' if count != 1 else ''} of this selection {'were' if count != 1 else 'was'} "
                          f"made with {name} {theirs} but {ours} is installed"
