@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xisa.errors import SpecError, ToolchainError
-from xisa.expect import Failure, evaluate, validate
+from xisa.expect import Failure, check_against_targets, evaluate, validate
 from xisa.golden import golden_paths, read_golden_toolchain
 from xisa.names import display_path
 from xisa.project import Project, load_project
@@ -36,8 +36,10 @@ class Workspace:
                     raise SpecError(f"no kernel matches {flt!r}", field="--kernel",
                                     fix=f"did you mean {near[0]!r}?" if near else f"kernels: {', '.join(sorted(names))}")
         cells = build_cells(self.specs, chosen, kernel_filters=kernel)
+        known = {name: target.backend for name, target in self.targets.items()}
         for cell in cells:
             validate(cell.expect, path=cell.kernel.spec_path, field=cell.field_path)
+            check_against_targets(cell.expect, known, path=cell.kernel.spec_path, field=cell.field_path)
         return chosen, cells
 
 
