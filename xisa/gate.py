@@ -67,15 +67,18 @@ def judge_against_base(results: list[CellResult], failures: dict[str, list[Failu
     report.base = base
     # The base is compiled in repositories that keep no goldens: then there are none to hold.
     if base["compared"] == "goldens" or list_goldens(head_golden_dir):
-        report.stale_goldens = stale_goldens(results, head_golden_dir=head_golden_dir, display_root=display_root,
-                                             selected_targets=selected_targets, toolchain=toolchain)
+        report.stale_goldens, problems = stale_goldens(results, head_golden_dir=head_golden_dir,
+                                                       display_root=display_root, selected_targets=selected_targets,
+                                                       toolchain=toolchain)
+        report.problems += [p for p in problems if p not in report.problems]
     return report
 
 
 def stale_goldens(results: list[CellResult], *, head_golden_dir: Path, display_root: Path,
-                  selected_targets: set[str], toolchain: dict[str, str]) -> list[CellVerdict]:
-    """The head goldens that disagree with the head's compile (changed, missing, unused or corrupt).
-    A cell that fails to compile is reported once, by the comparison with the base."""
+                  selected_targets: set[str], toolchain: dict[str, str]) -> tuple[list[CellVerdict], list[str]]:
+    """The head goldens that disagree with the head's compile (changed, missing, unused, corrupt, or made
+    by another analyzer), and the whole-run problems found in them. A cell that fails to compile is
+    reported once, by the comparison with the base."""
     head = build_report(results, {}, golden_dir=head_golden_dir, display_root=display_root,
                         selected_targets=selected_targets, kernel_filters=None, scopes=[], toolchain=toolchain)
     stale = []
@@ -88,5 +91,8 @@ def stale_goldens(results: list[CellResult], *, head_golden_dir: Path, display_r
             verdict.message = "no golden in this tree (bless it and commit)"
         elif verdict.verdict == UNUSED:
             verdict.message = f"{verdict.golden_file} has no cell in this tree (bless to remove it, and commit)"
+        elif verdict.verdict == ERROR and not verdict.message and verdict.base is not None:   # another analyzer
+            verdict.message = (f"{verdict.golden_file} was made by xisa's analyzer "
+                               f"{verdict.base.data.get('analyzer', 1)}, so it is not compared (bless it and commit)")
         stale.append(verdict)
-    return stale
+    return stale, head.problems
