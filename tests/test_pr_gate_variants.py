@@ -162,6 +162,20 @@ def test_base_goldens_of_another_analyzer_or_toolchain_point_at_compile_base(run
               "--compile-base")
 
 
+def test_a_corrupt_base_golden_is_named_as_the_bases(run_xisa, repo):
+    """A base golden with conflict markers was reported as `golden/scale/small/gfx942.yaml`, the file of
+    this tree (which is fine), with the advice to bless it here."""
+    git(repo, "checkout", "-qb", "broken-base")
+    with (repo / "golden" / "scale" / "small" / "gfx942.yaml").open("a") as handle:
+        handle.write("<<<<<<< HEAD\n")
+    git(repo, "commit", "-qam", "a conflict committed")
+    git(repo, "checkout", "-q", "main")
+    out = run_xisa("check", "--base", "broken-base", "-q", "-j", "2", cwd=repo)
+    assert out.code == 2
+    assert "error: scale:small@gfx942: corrupt golden: broken-base:golden/scale/small/gfx942.yaml: merge conflict " \
+           "markers" in out.out
+
+
 def test_the_gate_says_how_to_bless_stale_goldens_and_that_command_clears_them(run_xisa, repo):
     git(repo, "checkout", "-qb", "stale")
     edit(repo / "kernels" / "scale.py", "y = _scaled(x, factor) + 1.0", "y = _scaled(x, factor) + 2.0")

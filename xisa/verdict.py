@@ -229,8 +229,8 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
     golden_analyzers: dict[int, list[str]] = {}   # analyzer version -> golden files made by another one
     problems: list[str] = []
 
-    def show(path: Path) -> str:
-        return display_path(path, display_root)
+    def show(path: Path) -> str:   # a base's golden as git names it (`main:golden/...`), not this tree's file
+        return f"{golden_owner}:" * bool(golden_owner) + display_path(path, display_root)
 
     seen: set[tuple[str, str, str]] = set()
     for result in results:
