@@ -182,8 +182,11 @@ def test_pre_commit_hook_structure():
     assert hook["id"] == "xisa-check" and hook["entry"] == "xisa check --quiet"
     assert hook["pass_filenames"] is False and hook["language"] == "system"
     pattern = re.compile(hook["files"])
-    assert all(pattern.search(p) for p in ("kernels/gemm.yaml", "golden/gemm/f16/gfx942.isa", "targets/gfx942.yaml"))
+    # pyproject.toml too: `[tool.xisa]` moves the specs, targets and goldens the check reads.
+    assert all(pattern.search(p) for p in ("kernels/gemm.yaml", "golden/gemm/f16/gfx942.isa", "targets/gfx942.yaml",
+                                           "pyproject.toml"))
     assert not pattern.search("README.md") and not pattern.search("src/kernels/x.py")
+    assert not pattern.search("docs/pyproject.toml")
     remote, local = (yaml.safe_load(block)["repos"][0]
                      for block in re.findall(r"```yaml\n(.*?)```", HOOKS_README.read_text(), re.S))
     assert remote["repo"] != "local" and remote["hooks"] == [{"id": "xisa-check"}]
