@@ -234,3 +234,16 @@ def test_compile_base_in_a_project_below_the_repository_root(run_xisa, tmp_path)
     edit(project / "mykern" / "ops.py", "+ 1.0)", "* 3.0 + 1.0)")
     changed = run_xisa("diff", "--base", "main", "--compile-base", "--format", "json", cwd=project)
     assert changed.code == 1 and json.loads(changed.out)["isolation_violated"] == ["ops:c@gfx942", "ops2:c@gfx942"]
+
+
+def test_a_scope_naming_a_kernel_alone_says_how_to_write_it():
+    """`--scope scale` reads as a target: it said `'scale' matches no target (fix: did you mean 'sm_90'?)`,
+    pointing at a target, where the user meant the kernel on every target."""
+    import pytest
+
+    from xisa.errors import UsageError
+    from xisa.verdict import check_scopes
+
+    with pytest.raises(UsageError) as info:
+        check_scopes(["scale"], targets=["gfx1100", "gfx942", "sm_90"], cases={"scale": ["small"]})
+    assert "'scale' matches no target" in str(info.value) and "did you mean '*:scale'?" in str(info.value)

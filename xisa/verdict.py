@@ -60,6 +60,8 @@ def check_scopes(scopes: list[str], *, targets: list[str], cases: dict[str, list
         else:
             continue
         near = closest(part, known)
+        if what == "target" and text == scope.target and any(fnmatch.fnmatchcase(k, text) for k in cases):
+            near = f"*:{text}"    # a kernel's name alone: the first part of a scope is always the target
         raise UsageError(f"scope {text!r}: {part!r} matches no {what}", field="--scope",
                          fix=f"did you mean {near!r}?" if near else "see `xisa kernels` and `xisa targets`")
     return parsed
