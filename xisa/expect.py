@@ -21,6 +21,7 @@ from typing import Any
 from xisa.analyze import amdgcn, sass
 from xisa.analyze.model import Analysis
 from xisa.errors import SpecError
+from xisa.names import closest
 
 ISA_OF_BACKEND = {"hip": "amdgcn", "cuda": "sass"}
 VENDOR_OF_ISA = {"amdgcn": "AMD", "sass": "NVIDIA"}
@@ -148,8 +149,6 @@ def check_against_targets(expect: tuple[tuple[str, dict], ...], known: dict[str,
     backend), whatever the selection: a target pattern that matches none (a typo such as 'gfx110'), and
     an instruction key that no target the pattern matches can print (`V_CVT_PK_F32_FP8: 0` on gfx11
     would hold whatever the code)."""
-    from xisa.names import closest
-
     for pattern, conds in expect:
         matched = [name for name in known if fnmatch.fnmatchcase(name, pattern)]
         if not matched:
