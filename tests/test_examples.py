@@ -105,6 +105,13 @@ def test_workflow_structure():
     assert ".xisa-cache/results" in uploads[0]["with"]["path"] and downloads[0]["with"]["merge-multiple"] is True
 
 
+def test_the_gate_runs_whatever_files_a_pull_request_touches():
+    """A `paths:` filter skipped the whole workflow for a PR that edits only a helper module outside
+    kernels/ (`src/mylib/helpers.py`, imported by every kernel): its machine code changed, no gate ran."""
+    on = (lambda wf: wf.get("on", wf.get(True)))(_load(WORKFLOW))
+    assert not {"paths", "paths-ignore"} & set(on["pull_request"]), on["pull_request"]
+
+
 def test_workflow_installs_xisa_and_the_goldens_toolchain_pinned():
     """Not `pip install -e .` (in a user's repository that is their project, and it let pip pick Triton 3.9
     while the goldens are 3.8): xisa, the goldens' Triton and a CPU torch, each pinned."""
@@ -175,8 +182,11 @@ def test_pre_commit_hook_structure():
     assert hook["id"] == "xisa-check" and hook["entry"] == "xisa check --quiet"
     assert hook["pass_filenames"] is False and hook["language"] == "system"
     pattern = re.compile(hook["files"])
-    assert all(pattern.search(p) for p in ("kernels/gemm.yaml", "golden/gemm/f16/gfx942.isa", "targets/gfx942.yaml"))
+    # pyproject.toml too: `[tool.xisa]` moves the specs, targets and goldens the check reads.
+    assert all(pattern.search(p) for p in ("kernels/gemm.yaml", "golden/gemm/f16/gfx942.isa", "targets/gfx942.yaml",
+                                           "pyproject.toml"))
     assert not pattern.search("README.md") and not pattern.search("src/kernels/x.py")
+    assert not pattern.search("docs/pyproject.toml")
     remote, local = (yaml.safe_load(block)["repos"][0]
                      for block in re.findall(r"```yaml\n(.*?)```", HOOKS_README.read_text(), re.S))
     assert remote["repo"] != "local" and remote["hooks"] == [{"id": "xisa-check"}]

@@ -137,6 +137,34 @@ def test_an_expectation_on_what_a_target_does_not_report_names_the_target(tmp_pa
     assert build_cells([spec], select_targets(targets, [other]))        # the other vendor reports it
 
 
+@pytest.mark.parametrize("expect,message", [
+    ("'gfx110': {'v_add*': 0}", "expect.gfx110: target pattern 'gfx110' matches no known target (fix: did you mean "
+                                "'gfx1100'?)"),
+    ("'gfx11*': {V_CVT_PK_F32_FP8: 0}", "expect.gfx11*.V_CVT_PK_F32_FP8: 'V_CVT_PK_F32_FP8' can never count anything "
+                                        "on the targets 'gfx11*' matches (AMD)"),
+    ("'gfx*': {'V_WMMA*': '>0'}", "AMD mnemonics are lower case, as LLVM prints them (fix: 'v_wmma*'"),
+    ("'sm_*': {v_mfma_f32_16x16x16_f16: 0}", "NVIDIA opcodes are upper case"),
+])
+def test_an_expectation_that_can_never_apply_or_count_is_refused(tmp_path, targets, expect, message):
+    """A target pattern that matches no target, or an instruction spelt so that no target the pattern
+    matches can ever print it (AMD's manuals write `V_CVT_PK_F32_FP8`; LLVM prints lower case), made an
+    expectation that always held: `V_CVT_PK_F32_FP8: 0` counted 0 on gfx11 whatever the code."""
+    from xisa.workspace import Workspace
+
+    workspace = Workspace(project=None, targets=targets, specs=[load_spec(_expect_spec(tmp_path, expect))])
+    with pytest.raises(SpecError) as info:
+        workspace.select(arch=["gfx942"])          # refused whatever the selection
+    assert message in str(info.value) and str(tmp_path / "k.yaml") in str(info.value)
+
+
+def test_expectations_for_both_vendors_under_one_pattern_are_accepted(tmp_path, targets):
+    from xisa.workspace import Workspace
+
+    expect = "'*': {HMMA: 0, v_mfma_f32_16x16x16_f16: 0, 'V*': 0, 'HGMMA.64x128x16*': 0}"
+    workspace = Workspace(project=None, targets=targets, specs=[load_spec(_expect_spec(tmp_path, expect))])
+    assert workspace.select(arch=["gfx942", "sm_90"])[1]
+
+
 def _sass_analysis(**resources):
     from xisa.analyze.model import Analysis
 

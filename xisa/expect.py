@@ -21,6 +21,7 @@ from typing import Any
 from xisa.analyze import amdgcn, sass
 from xisa.analyze.model import Analysis
 from xisa.errors import SpecError
+from xisa.names import closest
 
 ISA_OF_BACKEND = {"hip": "amdgcn", "cuda": "sass"}
 VENDOR_OF_ISA = {"amdgcn": "AMD", "sass": "NVIDIA"}
@@ -132,6 +133,41 @@ def check_for_target(expect: tuple[tuple[str, dict], ...], target: str, backend:
                     raise SpecError(f"{target} ({VENDOR_OF_ISA[isa]}) has no instruction class {name!r}", path=path,
                                     field=where, fix=f"{target}'s classes: {', '.join(CLASSES[isa])}; or narrow "
                                                      f"the target pattern {pattern!r}")
+
+
+# How each ISA spells an instruction: LLVM prints AMD mnemonics in lower case (AMD's manuals write them
+# in capitals), and SASS opcodes are upper case (modifiers may not be: `HGMMA.64x128x16.F32`).
+def _can_be_spelt_by(key: str, isa: str) -> bool:
+    if isa == "amdgcn":
+        return key == key.lower()
+    return bool(_GLOB.search(key)) or key.split(".", 1)[0] == key.split(".", 1)[0].upper()
+
+
+def check_against_targets(expect: tuple[tuple[str, dict], ...], known: dict[str, str], *, path: str,
+                          field: str) -> None:
+    """Expectations that could never apply or never count, refused against every known target (name ->
+    backend), whatever the selection: a target pattern that matches none (a typo such as 'gfx110'), and
+    an instruction key that no target the pattern matches can print (`V_CVT_PK_F32_FP8: 0` on gfx11
+    would hold whatever the code)."""
+    for pattern, conds in expect:
+        matched = [name for name in known if fnmatch.fnmatchcase(name, pattern)]
+        if not matched:
+            near = closest(pattern, sorted(known))
+            raise SpecError(f"target pattern {pattern!r} matches no known target", path=path,
+                            field=f"{field}.expect.{pattern}",
+                            fix=f"did you mean {near!r}?" if near else "see `xisa targets`")
+        isas = {ISA_OF_BACKEND[known[name]] for name in matched}
+        for key in conds:
+            if key in RESOURCE_KEYS or key.startswith("class:"):
+                continue
+            if not any(_can_be_spelt_by(key, isa) for isa in isas):
+                vendors = "/".join(sorted(VENDOR_OF_ISA[isa] for isa in isas))
+                rule = ("AMD mnemonics are lower case, as LLVM prints them" if isas == {"amdgcn"} else
+                        "NVIDIA opcodes are upper case")
+                spelt = key.lower() if isas == {"amdgcn"} else key.split(".", 1)[0].upper()
+                raise SpecError(f"{key!r} can never count anything on the targets {pattern!r} matches ({vendors}): "
+                                f"{rule}", path=path, field=f"{field}.expect.{pattern}.{key}",
+                                fix=f"{spelt!r}, or a target pattern that matches the targets of its vendor")
 
 
 def is_resource_or_class(key: str) -> bool:

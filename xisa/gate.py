@@ -29,14 +29,18 @@ def base_record(revision: str, commit: str, *, compiled: bool) -> dict[str, Any]
 
 def judge_against_base(results: list[CellResult], failures: dict[str, list[Failure]], *, base: dict[str, Any],
                        base_dir: Path, base_errors: dict[str, str], head_golden_dir: Path, display_root: Path,
-                       selected_targets: set[str], kernel_filters: list[str] | None, scopes: list[str],
-                       toolchain: dict[str, str]) -> CheckReport:
-    """`base_dir` holds the base's goldens (read from git, or rendered from the base's compile);
-    `base_errors` maps a cell id to the reason its base could not be compiled: such a cell cannot be
-    judged, so it is an error (exit 2), never a silent `new`."""
+                       selected_targets: set[str], scopes: list[str], toolchain: dict[str, str]) -> CheckReport:
+    """`results` are every cell of this tree (the gate takes no filter); `base_dir` holds the base's
+    goldens (read from git, or rendered from the base's compile); `base_errors` maps a cell id to the
+    reason its base could not be compiled: such a cell cannot be judged, so it is an error (exit 2),
+    never a silent `new`."""
+    # Every base golden is judged, those of a target this tree no longer knows too (a PR that deletes a
+    # project target file removes its cells): they are `removed`, never skipped.
+    judged_targets = selected_targets | {target for _, _, target in list_goldens(base_dir)}
+    owner = base["revision"] if base["compared"] == "goldens" else ""
     report = build_report(results, failures, golden_dir=base_dir, display_root=base_dir.parent,
-                          selected_targets=selected_targets, kernel_filters=kernel_filters, scopes=scopes,
-                          toolchain=toolchain)
+                          selected_targets=judged_targets, kernel_filters=None, scopes=scopes, toolchain=toolchain,
+                          golden_owner=owner)
     parsed = [Scope.parse(s) for s in scopes]
     name = base["revision"]
     judged = {v.id for v in report.verdicts}
@@ -63,20 +67,20 @@ def judge_against_base(results: list[CellResult], failures: dict[str, list[Failu
     report.base = base
     # The base is compiled in repositories that keep no goldens: then there are none to hold.
     if base["compared"] == "goldens" or list_goldens(head_golden_dir):
-        report.stale_goldens = stale_goldens(results, head_golden_dir=head_golden_dir, display_root=display_root,
-                                             selected_targets=selected_targets, kernel_filters=kernel_filters,
-                                             toolchain=toolchain)
+        report.stale_goldens, problems = stale_goldens(results, head_golden_dir=head_golden_dir,
+                                                       display_root=display_root, selected_targets=selected_targets,
+                                                       toolchain=toolchain)
+        report.problems += [p for p in problems if p not in report.problems]
     return report
 
 
 def stale_goldens(results: list[CellResult], *, head_golden_dir: Path, display_root: Path,
-                  selected_targets: set[str], kernel_filters: list[str] | None,
-                  toolchain: dict[str, str]) -> list[CellVerdict]:
-    """The head goldens that disagree with the head's compile (changed, missing, unused or corrupt).
-    A cell that fails to compile is reported once, by the comparison with the base."""
+                  selected_targets: set[str], toolchain: dict[str, str]) -> tuple[list[CellVerdict], list[str]]:
+    """The head goldens that disagree with the head's compile (changed, missing, unused, corrupt, or made
+    by another analyzer), and the whole-run problems found in them. A cell that fails to compile is
+    reported once, by the comparison with the base."""
     head = build_report(results, {}, golden_dir=head_golden_dir, display_root=display_root,
-                        selected_targets=selected_targets, kernel_filters=kernel_filters, scopes=[],
-                        toolchain=toolchain)
+                        selected_targets=selected_targets, kernel_filters=None, scopes=[], toolchain=toolchain)
     stale = []
     for verdict in head.verdicts:
         if verdict.verdict == SAME or (verdict.verdict == ERROR and verdict.head is not None and not verdict.head.ok):
@@ -87,5 +91,8 @@ def stale_goldens(results: list[CellResult], *, head_golden_dir: Path, display_r
             verdict.message = "no golden in this tree (bless it and commit)"
         elif verdict.verdict == UNUSED:
             verdict.message = f"{verdict.golden_file} has no cell in this tree (bless to remove it, and commit)"
+        elif verdict.verdict == ERROR and not verdict.message and verdict.base is not None:   # another analyzer
+            verdict.message = (f"{verdict.golden_file} was made by xisa's analyzer "
+                               f"{verdict.base.data.get('analyzer', 1)}, so it is not compared (bless it and commit)")
         stale.append(verdict)
-    return stale
+    return stale, head.problems

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from xisa.errors import UsageError
+from xisa.project import GOLDEN_DEFAULT, Project, read_settings, setting_paths
 
 
 def _git(args: list[str], cwd: Path, *, binary: bool = False):
@@ -51,28 +50,100 @@ def resolve(rev: str, cwd: Path) -> str:
     return proc.stdout.decode().strip()
 
 
-@contextlib.contextmanager
-def goldens_at(rev: str, golden_dir: Path) -> Iterator[Path]:
-    """The golden folder as it is at `rev`, unpacked from `git archive` into a temporary folder."""
-    root = repo_root(golden_dir.parent if not golden_dir.exists() else golden_dir)
-    commit = resolve(rev, root)
+def file_at(commit: str, root: Path, relative: PurePosixPath) -> str | None:
+    """The text of a file as it is at `commit` (None when it has no such file)."""
+    proc = subprocess.run(["git", "cat-file", "blob", f"{commit}:{relative.as_posix()}"], cwd=root,
+                          capture_output=True, check=False)
+    return proc.stdout.decode("utf-8", errors="replace") if proc.returncode == 0 else None
+
+
+def project_at(root: Path, project: Project) -> PurePosixPath:
+    """Where `project` is inside the repository at `root` (the same place at every revision)."""
     try:
-        relative = golden_dir.resolve().relative_to(root.resolve())
+        return PurePosixPath(project.root.resolve().relative_to(root.resolve()).as_posix())
     except ValueError:
-        raise UsageError(f"the golden folder {golden_dir} is outside the git repository {root}", field="--base",
-                         fix="keep the goldens inside the repository") from None
+        raise UsageError(f"the project {project.root} is outside the git repository {root}", field="--base",
+                         fix="run xisa inside the repository") from None
+
+
+def golden_folder_at(commit: str, rev: str, root: Path, project: Project) -> PurePosixPath:
+    """The golden folder of revision `commit` (named `rev`), relative to the repository root: where that
+    revision's own `[tool.xisa] golden` setting puts it, since a PR may move it."""
+    where = project_at(root, project)
+    config = file_at(commit, root, where / "pyproject.toml")
+    settings = read_settings(config, path=f"{rev}:{where / 'pyproject.toml'}") \
+        if config is not None and "[tool.xisa" in config else {}
+    folder = setting_paths(settings, "golden", GOLDEN_DEFAULT, path=f"{rev}:{where / 'pyproject.toml'}")[0]
+    relative = PurePosixPath(os.path.normpath(where / folder))
+    if relative.is_absolute() or relative.parts[:1] == ("..",):
+        raise UsageError(f"the golden folder {folder!r} of {rev} is outside the git repository {root}",
+                         field="--base", fix="keep the goldens inside the repository")
+    return relative
+
+
+@contextlib.contextmanager
+def goldens_at(rev: str, project: Project, *, golden: Path | None = None) -> Iterator[Path]:
+    """The golden folder as it is at `rev` (where that revision keeps it; `golden` when given), unpacked from
+    git's objects into a temporary folder. Read blob by blob, not through `git archive`, which would apply
+    the revision's `export-ignore` and `export-subst` attributes. A revision without that folder is refused
+    in one line: there is nothing to compare with."""
+    root = repo_root(project.root)
+    commit = resolve(rev, root)
+    if golden is None:
+        relative = golden_folder_at(commit, rev, root, project)
+    else:
+        try:
+            relative = PurePosixPath(golden.resolve().relative_to(root.resolve()).as_posix())
+        except ValueError:
+            raise UsageError(f"the golden folder {golden} is outside the git repository {root}", field="--base",
+                             fix="keep the goldens inside the repository") from None
     tmp = Path(tempfile.mkdtemp(prefix="xisa-base-"))
     try:
-        listing = _git(["ls-tree", "-d", "--name-only", commit, "--", str(relative)], root).strip()
-        if listing:
-            data = _git(["archive", "--format=tar", commit, str(relative)], root, binary=True)
-            with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-                archive.extractall(tmp, filter="data")
+        files = _blobs_under(commit, root, relative)
+        if files is None:
+            raise UsageError(f"{rev} has no goldens in {relative}/: there is nothing to compare with", field="--base",
+                             fix="compile the base's kernels instead with --compile-base, or name a base that has goldens")
         target = tmp / relative
         target.mkdir(parents=True, exist_ok=True)
+        for path, data in files.items():
+            destination = target / path
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(data)
         yield target
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _blobs_under(commit: str, root: Path, folder: PurePosixPath) -> dict[PurePosixPath, bytes] | None:
+    """The regular files under `folder` at `commit`, by path relative to it, as stored (no attributes or
+    filters applied; links and submodules are left out); None when `folder` is not a folder there."""
+    kind = subprocess.run(["git", "cat-file", "-t", f"{commit}:{folder.as_posix()}"], cwd=root, capture_output=True,
+                          check=False)
+    if kind.returncode != 0 or kind.stdout.strip() != b"tree":
+        return None
+    listing = _git(["ls-tree", "-r", "-z", "--full-tree", commit, "--", folder.as_posix()], root, binary=True)
+    wanted: list[tuple[PurePosixPath, str]] = []
+    for entry in listing.split(b"\0"):
+        if not entry:
+            continue
+        meta, _, name = entry.partition(b"\t")
+        mode, kind_name, sha = meta.decode().split()
+        path = PurePosixPath(name.decode("utf-8", errors="surrogateescape")).relative_to(folder)
+        if kind_name == "blob" and mode in ("100644", "100755") and ".." not in path.parts:
+            wanted.append((path, sha))
+    if not wanted:
+        return {}
+    batch = subprocess.run(["git", "cat-file", "--batch"], cwd=root, input="".join(f"{sha}\n" for _, sha in wanted).encode(),
+                           capture_output=True, check=False)
+    if batch.returncode != 0:
+        raise UsageError(f"git cat-file failed reading {folder} at {commit[:12]}", field="--base")
+    out, files, offset = batch.stdout, {}, 0
+    for path, _ in wanted:
+        header_end = out.index(b"\n", offset)
+        size = int(out[offset:header_end].split()[2])
+        files[path] = out[header_end + 1:header_end + 1 + size]
+        offset = header_end + 1 + size + 1
+    return files
 
 
 @contextlib.contextmanager

@@ -43,32 +43,46 @@ def find_root(start: Path) -> tuple[Path, Path | None]:
     return start, None
 
 
+def read_settings(text: str, *, path: str) -> dict:
+    """The `[tool.xisa]` table of a pyproject.toml's text (`path` names it in errors), its keys checked."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"invalid TOML: {exc}", path=path) from None
+    settings = data.get("tool", {}).get("xisa", {}) or {}
+    unknown = sorted(set(settings) - _SETTINGS)
+    if unknown:
+        raise SpecError(f"unknown setting {unknown[0]!r}", path=path, field=f"tool.xisa.{unknown[0]}",
+                        fix=f"allowed: {', '.join(sorted(_SETTINGS))}")
+    return settings
+
+
+def setting_paths(settings: dict, key: str, default: list[str], *, path: str = "pyproject.toml") -> list[str]:
+    """A path setting (`specs`, `targets`, `golden`) as a list of paths relative to the project root."""
+    value = settings.get(key, default)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError("must be a path or a list of paths", path=path, field=f"tool.xisa.{key}")
+    return value
+
+
+GOLDEN_DEFAULT = ["golden"]
+
+
 def load_project(*, cwd: Path | None = None, spec: list[Path] | None = None, golden: Path | None = None) -> Project:
     root, config_file = find_root(cwd or Path.cwd())
     settings: dict = {}
     if config_file is not None:
-        try:
-            data = tomllib.loads(config_file.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise SpecError(f"invalid TOML: {exc}", path=str(config_file)) from None
-        settings = data.get("tool", {}).get("xisa", {}) or {}
-        unknown = sorted(set(settings) - _SETTINGS)
-        if unknown:
-            raise SpecError(f"unknown setting {unknown[0]!r}", path=config_file.name, field=f"tool.xisa.{unknown[0]}",
-                            fix=f"allowed: {', '.join(sorted(_SETTINGS))}")
+        settings = read_settings(config_file.read_text(encoding="utf-8"), path=str(config_file))
 
     def paths(key: str, default: list[str]) -> list[Path]:
-        value = settings.get(key, default)
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise SpecError("must be a path or a list of paths", path="pyproject.toml", field=f"tool.xisa.{key}")
-        return [(root / v) for v in value]
+        return [(root / v) for v in setting_paths(settings, key, default)]
 
     spec_paths = [p if p.is_absolute() else (Path.cwd() / p) for p in spec] if spec else paths("specs", ["kernels"])
     bundled = BUNDLED_TARGETS if BUNDLED_TARGETS.is_dir() else REPO_TARGETS
     target_dirs = [bundled] + [p for p in paths("targets", ["targets"]) if p.resolve() != bundled.resolve()]
-    golden_dir = golden or paths("golden", ["golden"])[0]
+    golden_dir = golden or paths("golden", GOLDEN_DEFAULT)[0]
     stream_files = settings.get("stream_files", True)
     if not isinstance(stream_files, bool):
         raise SpecError("must be true or false", path="pyproject.toml", field="tool.xisa.stream_files")

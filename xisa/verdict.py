@@ -60,6 +60,8 @@ def check_scopes(scopes: list[str], *, targets: list[str], cases: dict[str, list
         else:
             continue
         near = closest(part, known)
+        if what == "target" and text == scope.target and any(fnmatch.fnmatchcase(k, text) for k in cases):
+            near = f"*:{text}"    # a kernel's name alone: the first part of a scope is always the target
         raise UsageError(f"scope {text!r}: {part!r} matches no {what}", field="--scope",
                          fix=f"did you mean {near!r}?" if near else "see `xisa kernels` and `xisa targets`")
     return parsed
@@ -221,15 +223,17 @@ def matches_filters(kernel: str, case: str, target: str, targets: set[str], kern
 def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, golden_dir: Path,
                  display_root: Path, selected_targets: set[str], kernel_filters: list[str] | None,
                  scopes: list[str], toolchain: dict[str, str], shard: tuple[int, int] | None = None,
-                 selection: dict[str, Any] | None = None) -> CheckReport:
+                 selection: dict[str, Any] | None = None, golden_owner: str = "") -> CheckReport:
+    """`golden_owner` names the revision the goldens are read from (a PR gate's base), where re-blessing
+    cannot fix them."""
     parsed_scopes = [Scope.parse(s) for s in scopes]
     verdicts: list[CellVerdict] = []
     golden_toolchains: dict[str, list[str]] = {}
     golden_analyzers: dict[int, list[str]] = {}   # analyzer version -> golden files made by another one
     problems: list[str] = []
 
-    def show(path: Path) -> str:
-        return display_path(path, display_root)
+    def show(path: Path) -> str:   # a base's golden as git names it (`main:golden/...`), not this tree's file
+        return f"{golden_owner}:" * bool(golden_owner) + display_path(path, display_root)
 
     seen: set[tuple[str, str, str]] = set()
     for result in results:
@@ -290,8 +294,13 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                         f"{installed} is installed: fingerprints cannot be compared (fix: install triton=={version} "
                         f"or re-bless with {installed})")
     for version in sorted(golden_analyzers):
-        problems.append(f"goldens were made by xisa's analyzer {version}, this xisa is {ANALYZER_VERSION}: "
-                        "re-bless with `xisa bless`")
+        if golden_owner:
+            problems.append(f"the goldens of {golden_owner} were made by xisa's analyzer {version}, this xisa is "
+                            f"{ANALYZER_VERSION}: they cannot be compared with this compile (fix: judge against "
+                            f"{golden_owner} compiled by this xisa, --compile-base)")
+        else:
+            problems.append(f"goldens were made by xisa's analyzer {version}, this xisa is {ANALYZER_VERSION}: "
+                            "re-bless with `xisa bless`")
     verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
     return CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains=golden_toolchains, scopes=scopes,
                        problems=problems, shard=shard, selection=selection)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xisa.errors import SpecError, ToolchainError
-from xisa.expect import Failure, evaluate, validate
+from xisa.expect import Failure, check_against_targets, evaluate, validate
 from xisa.golden import golden_paths, read_golden_toolchain
 from xisa.names import display_path
 from xisa.project import Project, load_project
@@ -36,8 +36,10 @@ class Workspace:
                     raise SpecError(f"no kernel matches {flt!r}", field="--kernel",
                                     fix=f"did you mean {near[0]!r}?" if near else f"kernels: {', '.join(sorted(names))}")
         cells = build_cells(self.specs, chosen, kernel_filters=kernel)
+        known = {name: target.backend for name, target in self.targets.items()}
         for cell in cells:
             validate(cell.expect, path=cell.kernel.spec_path, field=cell.field_path)
+            check_against_targets(cell.expect, known, path=cell.kernel.spec_path, field=cell.field_path)
         return chosen, cells
 
 
@@ -84,8 +86,13 @@ def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root
     (fact, theirs, ours), files = max(mismatched.items(), key=lambda item: len(item[1]))
     others = len({f for group in mismatched.values() for f in group} - set(files))
     name = {"triton": "Triton", "amd_codegen": "the AMD codegen revision", "ptxas": "ptxas"}.get(fact, fact)
-    fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
-           else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
+    if label:   # a base revision's goldens: re-blessing this tree cannot change them
+        fix = (f"pip install triton=={theirs}, or judge against the base compiled with {ours}: --compile-base"
+               if fact == "triton" else "install the Triton build the goldens were made with, or judge against "
+                                        "the base compiled with this one: --compile-base")
+    else:
+        fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
+               else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
     count = len(files)
     raise ToolchainError(f"{count} golden{'s' if count != 1 else ''} of this selection {'were' if count != 1 else 'was'} "
                          f"made with {name} {theirs} but {ours} is installed"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -84,17 +85,21 @@ def _emit_report(report: CheckReport, fmt: Format, output: Path | None, *, count
         stderr().print(f"wrote {output}")
 
 
-def _validate_scopes(scopes: list[str] | None, ws=None) -> None:
+def _validate_scopes(scopes: list[str] | None, ws=None, *, also: list[tuple[str, str, str]] = ()) -> None:
     """A bad --scope is refused before anything compiles: its syntax, and (given the workspace) a
-    part that matches no known target, kernel or case."""
+    part that matches no known target, kernel or case; `also` adds (kernel, case, target) names that
+    only a base revision has."""
     from xisa.verdict import Scope, check_scopes
 
     if ws is None:
         for text in scopes or []:
             Scope.parse(text)
         return
-    check_scopes(scopes or [], targets=sorted(ws.targets),
-                 cases={spec.name: [case.name for case in spec.cases] for spec in ws.specs})
+    targets = set(ws.targets) | {target for _, _, target in also}
+    cases = {spec.name: {case.name for case in spec.cases} for spec in ws.specs}
+    for kernel, case, _ in also:
+        cases.setdefault(kernel, set()).add(case)
+    check_scopes(scopes or [], targets=sorted(targets), cases={k: sorted(v) for k, v in cases.items()})
 
 
 def _accept(report: CheckReport, ws, kernel: list[str] | None, spec: list[Path] | None,
@@ -134,9 +139,10 @@ def check(
         if shard is not None:
             raise UsageError("--shard cannot be combined with --base: the gate against a base judges the whole "
                              "selection", field="--shard", fix="shard `xisa check` without --base, and run the gate once")
-        report = _gate(base, compile_base=compile_base, arch=arch, kernel=kernel, spec=spec, scope=scope, jobs=jobs,
-                       timeout=timeout, no_cache=no_cache, golden=golden)
-        _emit_report(report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet)
+        report, accept = _gate(base, compile_base=compile_base, arch=arch, kernel=kernel, spec=spec, scope=scope,
+                               jobs=jobs, timeout=timeout, no_cache=no_cache, golden=golden)
+        _emit_report(report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet,
+                     accept=accept)
         raise typer.Exit(report.exit_code)
     if compile_base:
         raise UsageError("--compile-base needs --base", field="--compile-base", fix="e.g. --base origin/main --compile-base")
@@ -193,46 +199,81 @@ def bless(
 
 
 def _gate(base: str, *, compile_base: bool, arch, kernel, spec, scope, jobs, timeout, no_cache,
-          golden: Path | None = None) -> CheckReport:
-    """This tree against BASE: its goldens (read from git) or its kernels (compiled in a worktree).
-    Everything that can be refused is refused before the first compile: the scope, the revision, goldens
-    of another toolchain at either end."""
+          golden: Path | None = None) -> tuple[CheckReport, list[str]]:
+    """This tree against BASE: its goldens (read from git) or its kernels (compiled in a worktree), and
+    the `xisa bless` commands that bring this tree's stale goldens in line. Everything that can be refused
+    is refused before the first compile: a filter, the scope, the revision, goldens of another toolchain
+    at either end."""
     from xisa import gitrev
     from xisa.gate import base_record, judge_against_base
+    from xisa.golden import list_goldens
 
+    for flag, value in (("--arch", arch), ("--kernel", kernel)):
+        if value:   # a gate over part of the cells would pass whatever changed in the rest
+            raise UsageError(f"{flag} cannot narrow the gate against a base: the cells it leaves out would not be "
+                             "judged", field=flag, fix=f"drop it (the gate judges every cell); to look at a subset, "
+                                                      f"run `xisa check {flag} ...` without --base")
     _validate_scopes(scope)
     ws = open_workspace(spec=spec, golden=golden)
-    _validate_scopes(scope, ws)
     commit = gitrev.resolve(base, ws.project.root)
     with contextlib.ExitStack() as stack:
         base_errors: dict[str, str] = {}
         if compile_base:
-            run = _run(ws, arch, kernel, jobs, timeout, no_cache, golden_dirs=[(ws.project.golden_dir, "")])
-            base_dir, base_errors = _compile_base(stack, ws, commit, arch=arch, kernel=kernel, jobs=jobs,
-                                                  timeout=timeout, no_cache=no_cache)
+            base_side = _open_base(stack, ws, commit, spec=spec)
+            _validate_scopes(scope, ws, also=[(c.kernel.name, c.case, c.target.name) for c in base_side[-1]])
+            run = _run(ws, None, None, jobs, timeout, no_cache, golden_dirs=[(ws.project.golden_dir, "")])
+            base_dir, base_errors = _compile_base(stack, *base_side, jobs=jobs, timeout=timeout, no_cache=no_cache)
         else:
-            base_dir = stack.enter_context(gitrev.goldens_at(commit, ws.project.golden_dir))
-            run = _run(ws, arch, kernel, jobs, timeout, no_cache,
+            base_dir = stack.enter_context(gitrev.goldens_at(base, ws.project, golden=golden))
+            # A scope may name what only the base has: a removed kernel, a renamed case, a dropped target.
+            _validate_scopes(scope, ws, also=list_goldens(base_dir))
+            run = _run(ws, None, None, jobs, timeout, no_cache,
                        golden_dirs=[(ws.project.golden_dir, ""), (base_dir, f"{base}:")])
-        return judge_against_base(run.results, run.failures, base=base_record(base, commit, compiled=compile_base),
-                                  base_dir=base_dir, base_errors=base_errors, head_golden_dir=ws.project.golden_dir,
-                                  display_root=ws.project.root, selected_targets={t.name for t in run.targets},
-                                  kernel_filters=kernel, scopes=scope or [],
-                                  toolchain=describe_toolchain(backends=run.backends))
+        report = judge_against_base(run.results, run.failures, base=base_record(base, commit, compiled=compile_base),
+                                    base_dir=base_dir, base_errors=base_errors, head_golden_dir=ws.project.golden_dir,
+                                    display_root=ws.project.root, selected_targets={t.name for t in run.targets},
+                                    scopes=scope or [], toolchain=describe_toolchain(backends=run.backends))
+    stale = dataclasses.replace(report, verdicts=report.stale_goldens, stale_goldens=[], base=None)
+    return report, _accept(stale, ws, None, spec, golden)
 
 
-def _compile_base(stack: contextlib.ExitStack, ws, commit: str, *, arch, kernel, jobs, timeout,
+def _open_base(stack: contextlib.ExitStack, ws, commit: str, *, spec: list[Path] | None):
+    """A temporary worktree of `commit` and the workspace of the project there, configured as the base
+    configures it (its own `[tool.xisa]` specs and targets: a PR that drops a spec from the list must not
+    drop it from the base too); specs named with --spec are those paths at the base. Returns the worktree,
+    the repository root, the base's workspace, its targets and its cells."""
+    from xisa import gitrev
+
+    root = gitrev.repo_root(ws.project.root)
+    tree = stack.enter_context(gitrev.worktree_at(commit, root))
+    base_root = tree / gitrev.project_at(root, ws.project)
+    base_specs = None
+    if spec:
+        mapped = []
+        for path in ws.project.spec_paths:
+            try:
+                mapped.append(tree / path.resolve().relative_to(root.resolve()))
+            except ValueError:   # the same file on both sides: its changes would never show
+                raise UsageError(f"{path} is outside the git repository {root}, so the base has no version of it",
+                                 field="--spec", fix="keep the specs inside the repository") from None
+        base_specs = [path for path in mapped if path.exists()]
+        if not base_specs:
+            raise UsageError(f"no --spec path exists at {commit[:12]}: there is nothing to compile there",
+                             field="--spec", fix="name specs that the base has too, or judge against its goldens "
+                                                 "(without --compile-base)")
+    base_ws = open_workspace(cwd=base_root, spec=base_specs)
+    chosen, cells = select_cells(base_ws, arch=None, kernel=None)
+    return tree, root, base_ws, chosen, cells
+
+
+def _compile_base(stack: contextlib.ExitStack, tree: Path, root: Path, base_ws, chosen, cells, *, jobs, timeout,
                   no_cache) -> tuple[Path, dict[str, str]]:
-    """Compile the selection at `commit` in a temporary worktree, its imports resolved there, and render
-    the results as goldens in a temporary folder. Returns that folder and the base cells that failed."""
+    """Compile the base's cells in its worktree, imports resolved there, and render the results as goldens
+    in a temporary folder. Returns that folder and the base cells that failed."""
     from xisa import gitrev
     from xisa.golden import golden_paths, render_golden, write_golden
 
-    tree = stack.enter_context(gitrev.worktree_at(commit, ws.project.root))
-    head_specs = [tree / ws.project.display(p) for p in ws.project.spec_paths]
-    with gitrev.imports_from(tree, ws.project.root):
-        base_ws = open_workspace(cwd=tree, spec=head_specs if all(p.exists() for p in head_specs) else None)
-        chosen, cells = select_cells(base_ws, arch=arch, kernel=kernel)
+    with gitrev.imports_from(tree, root):
         errors: dict[str, str] = {}
         for spec in {c.kernel.name: c.kernel for c in cells}.values():
             outside = spec.module and gitrev.module_outside(spec.module, tree)
@@ -270,9 +311,10 @@ def diff(
     Exit 1 when a cell outside the scope changed, appeared or disappeared since BASE, or this tree's
     goldens disagree with its compile; 2 when the result cannot be trusted; 0 otherwise. The same as
     `xisa check --base BASE`."""
-    report = _gate(base, compile_base=compile_base, arch=arch, kernel=kernel, spec=spec, scope=scope, jobs=jobs,
-                   timeout=timeout, no_cache=no_cache)
-    _emit_report(report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet)
+    report, accept = _gate(base, compile_base=compile_base, arch=arch, kernel=kernel, spec=spec, scope=scope,
+                           jobs=jobs, timeout=timeout, no_cache=no_cache)
+    _emit_report(report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet,
+                 accept=accept)
     raise typer.Exit(report.exit_code)
 
 

@@ -49,7 +49,7 @@ def report(
     else:
         from xisa import gitrev
 
-        with gitrev.goldens_at(base, ws.project.golden_dir) as base_dir:
+        with gitrev.goldens_at(base, ws.project, golden=golden) as base_dir:
             result = build_report(run.results, run.failures, golden_dir=base_dir, display_root=base_dir, **common)
         page_title = title or f"xisa: ISA against {base}"
         code = EXIT_UNTRUSTED if result.exit_code == EXIT_UNTRUSTED else EXIT_OK
