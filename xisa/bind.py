@@ -235,8 +235,8 @@ def _import_kernel_module(spec: KernelSpec, roots: list[Path]):
         if missing and missing != spec.module and spec.module.startswith(missing + "."):
             raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: its parent package "
                             f"{missing!r} was not found", path=spec.spec_path, field="module",
-                            fix=f"make {missing!r} importable: a folder {missing.replace('.', '/')}/ with an "
-                                "__init__.py in the project root, or its parent folder on PYTHONPATH") from None
+                            fix=f"add {missing.replace('.', '/')}/__init__.py under the project root, or put "
+                                "its parent folder on PYTHONPATH") from None
         raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: {exc}", path=spec.spec_path,
                         field="module") from None
     except Exception as exc:

@@ -129,6 +129,7 @@ HARMLESS_ENV = {
     "LLVM_SYMBOLIZER_PATH": "symbolizes a compiler crash",
     "LLVM_DISABLE_SYMBOLIZATION": "symbolizes a compiler crash",
     "LLVM_ENABLE_SYMBOLIZER_MARKUP": "symbolizes a compiler crash",
+    "LLVM_OVERRIDE_PRODUCER": "the producer string in bitcode metadata, not the code",
 }
 
 # Prefixes of the variables Triton, MLIR and LLVM read. A set variable with one of them that the tables
@@ -211,6 +212,7 @@ def apply_pinned_env(cache_dir: Path, *, triton_cache: Path | None = None) -> No
     `triton_cache` defaults to `cache_dir/triton`; `--no-cache` passes an empty folder of its own.
     """
     check_environment()
+    check_triton_environment()  # before pinning: a refusal leaves the environment as it was
     for name in REFUSED_ENV:  # set to "" or "0": counted as unset, and Triton never sees them
         os.environ.pop(name, None)
     for name, value in PINNED_ENV.items():
@@ -221,7 +223,6 @@ def apply_pinned_env(cache_dir: Path, *, triton_cache: Path | None = None) -> No
     # Triton's cache keys on a kernel's starting line, not its path: a shared cache could hand us
     # another checkout's asm. Keep ours apart.
     os.environ["TRITON_CACHE_DIR"] = str(triton_cache or cache_dir / "triton")
-    check_triton_environment()
 
 
 def triton_version() -> str:
