@@ -167,17 +167,31 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
 def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
     global _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK
     # --no-cache compiles from nothing: Triton's cache too is a fresh, empty folder for this run.
-    fresh = None if options.use_cache else Path(tempfile.mkdtemp(prefix="xisa-triton-"))
-    fallback = tempfile.mkdtemp(prefix="xisa-triton-fallback-")
+    fresh = fallback = None
     try:
+        fresh = None if options.use_cache else _scratch_folder("xisa-triton-", cache_dir)
+        fallback = _scratch_folder("xisa-triton-fallback-", cache_dir)
         apply_pinned_env(cache_dir, triton_cache=fresh)
         _warm()
-        _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK = cells, list(roots), options.keep_stages, fallback
+        _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK = cells, list(roots), options.keep_stages, str(fallback)
         yield from _pool(cells, todo, options)
     finally:
         for folder in (fresh, fallback):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+def _scratch_folder(prefix: str, cache_dir: Path) -> Path:
+    """An empty private folder for this run: in the temp folder, else in the cache folder."""
+    for parent in (None, cache_dir):
+        try:
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        except OSError as exc:
+            reason = exc.strerror
+    from xisa.errors import ToolchainError
+
+    raise ToolchainError(f"cannot make a folder for Triton's cache in {tempfile.gettempdir()} or {cache_dir}: "
+                         f"{reason}", field="TMPDIR", fix="free disk space, or point TMPDIR at a writable folder")
 
 
 def _pool(cells, todo, options):
