@@ -114,7 +114,19 @@ def _vendored(root: Path) -> dict[str, str]:
     return {}
 
 
+def _loaded_by_path(root: Path) -> dict[str, str]:
+    by_path = ("import importlib.util\nimport os\n\n"
+               "_spec = importlib.util.spec_from_file_location('byhand', os.path.join(os.path.dirname(__file__), "
+               "'lib', 'helpers.py'))\n_helpers = importlib.util.module_from_spec(_spec)\n"
+               "_spec.loader.exec_module(_helpers)\nf = _helpers.f")
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/lib/helpers.py": HELPER,
+                  "kernels/k.py": KERNEL.format(imports=by_path),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
 LAYOUTS = {  # layout -> (builder, the helper the kernel imports)
+    "helper-loaded-by-path": (_loaded_by_path, "kernels/lib/helpers.py"),
     "src-layout-on-pythonpath": (_src_layout, "src/mylib/helpers.py"),
     "relative-import-in-module-spec": (_relative_import_in_module, "pkg/sub/helpers.py"),
     "vendored-package": (_vendored, "kernels/_vendor/vlib/helpers.py"),

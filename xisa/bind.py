@@ -191,17 +191,22 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
     the ones the load added are dropped after it (the kernel keeps references to what it uses), and
     sys.path is restored. The kernel module itself stays registered for the on-device checks.
     """
+    global _READS
+    if not _READS_HOOKED:
+        _hook_reads()
     saved_path = list(sys.path)
     set_aside = {name: module for name, module in list(sys.modules.items()) if _is_project_module(name, module)}
     for name in set_aside:
         del sys.modules[name]
     before = set(sys.modules)
-    module = None
+    _READS = reads = []
     try:
         module = _import_kernel_module(spec, roots)
-        added = {name: sys.modules[name] for name in set(sys.modules) - before if name in sys.modules}
-        dependencies = _dependency_files(added)
+        _READS = None  # hashing the files below reads them too
+        added = {name: sys.modules[name] for name in set(sys.modules) - before}
+        dependencies = _dependency_files(added, reads)
     finally:
+        _READS = None
         for name in set(sys.modules) - before:
             if _is_project_module(name, sys.modules[name]):
                 del sys.modules[name]
@@ -209,6 +214,25 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
         sys.path[:] = saved_path
     sys.modules[module.__name__] = module
     return _LoadedModule(module=module, dependencies=dependencies)
+
+
+# Files opened for reading while a kernel module loads (None: no load under way). An audit hook sees
+# every read, so a helper loaded by path (never in sys.modules) or a data file counts too.
+_READS: list[str] | None = None
+_READS_HOOKED = False
+
+
+def _hook_reads() -> None:
+    global _READS_HOOKED
+
+    def note_read(event: str, args: tuple) -> None:
+        if event == "open" and _READS is not None:
+            path, _, flags = args
+            if isinstance(path, (str, bytes)) and isinstance(flags, int) and flags & os.O_ACCMODE == os.O_RDONLY:
+                _READS.append(os.fsdecode(path))
+
+    sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load
+    _READS_HOOKED = True
 
 
 def _import_kernel_module(spec: KernelSpec, roots: list[Path]):
@@ -267,10 +291,14 @@ def _is_project_module(name: str, module: Any) -> bool:
         return False
 
 
-def _dependency_files(added: dict[str, Any]) -> dict[str, str | None]:
-    """The files of the project modules a load added, with their SHA-256 (a namespace package's missing
-    __init__.py as None: one appearing would change what the import runs)."""
+def _dependency_files(added: dict[str, Any], reads: list[str]) -> dict[str, str | None]:
+    """The project files a load read and the files of the project modules it added, with their SHA-256
+    (a namespace package's missing __init__.py as None: one appearing would change what the import runs).
+    Bytecode caches are left out: they follow their sources."""
     files: dict[str, str | None] = {}
+    for path in reads:
+        if not path.endswith(".pyc") and not _in_environment(path) and os.path.isfile(path):
+            files[os.path.abspath(path)] = file_sha256(path)
     for name, module in added.items():
         if not _is_project_module(name, module):
             continue
