@@ -174,6 +174,8 @@ class _LoadedModule:
 # Per process: a forked compile worker loads each spec's module once, however many cells it compiles.
 _LOADED: dict[tuple, _LoadedModule] = {}
 
+# Kernel files never live here, and reading some of these never ends.
+_SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
 # Always the environment, wherever they are installed from (an editable Triton is still the toolchain).
 _ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
 
@@ -228,8 +230,9 @@ def _hook_reads() -> None:
     def note_read(event: str, args: tuple) -> None:
         if event == "open" and _READS is not None:
             path, _, flags = args
-            if isinstance(path, (str, bytes)) and isinstance(flags, int) and flags & os.O_ACCMODE == os.O_RDONLY:
-                _READS.append(os.fsdecode(path))
+            if isinstance(path, (str, bytes, os.PathLike)) and isinstance(flags, int) \
+                    and flags & os.O_ACCMODE == os.O_RDONLY:
+                _READS.append(os.fsdecode(os.fspath(path)))
 
     sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load
     _READS_HOOKED = True
@@ -297,7 +300,9 @@ def _dependency_files(added: dict[str, Any], reads: list[str]) -> dict[str, str 
     Bytecode caches are left out: they follow their sources."""
     files: dict[str, str | None] = {}
     for path in reads:
-        if not path.endswith(".pyc") and not _in_environment(path) and os.path.isfile(path):
+        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS) or _in_environment(path):
+            continue
+        if os.path.isfile(path):
             files[os.path.abspath(path)] = file_sha256(path)
     for name, module in added.items():
         if not _is_project_module(name, module):
