@@ -2,7 +2,7 @@
 
 An unchanged cell is answered from here without importing Triton. The key names the cell, its spec
 and kernel files, the toolchain, the pinned environment and xisa's own code; each entry also
-carries a depfile: every project file the compile's kernel load imported, with its SHA-256, as
+carries a depfile: every project file the compile's kernel load imported or read, with its SHA-256, as
 recorded by the worker (`xisa.bind.kernel_dependencies`). An entry whose depfile no longer matches
 the files is a miss (as ccache's manifests). A corrupt entry is a miss; an entry or folder that
 another user owns or could have written is refused: its results could be forged.
