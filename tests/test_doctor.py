@@ -10,7 +10,7 @@ import pytest
 import triton
 
 from xisa.doctor import diagnose, render_doctor_text, scan_golden_toolchains
-from xisa.toolchain import REFUSED_ENV
+from xisa.toolchain import HARMLESS_ENV, REFUSED_ENV
 
 
 def _project(root: Path, versions: list[str]) -> Path:
@@ -108,3 +108,35 @@ def test_command_exit_codes_and_output(run_xisa, tmp_path, as_json):
     else:
         assert "LLVM_PASS_PLUGIN_PATH is set" in bad.out and "untrusted:" in bad.out
         assert "xisa: doctor: LLVM_PASS_PLUGIN_PATH is set" in bad.err
+
+
+def test_a_tool_from_an_environment_path_is_named_as_such(tmp_path, monkeypatch):
+    """A cuobjdump wrapper on TRITON_CUOBJDUMP_PATH (one that could replay old SASS) is shown for what it is."""
+    root = _project(tmp_path / "p", [triton.__version__])
+    wrapper = tmp_path / "cuobjdump"
+    wrapper.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("TRITON_CUOBJDUMP_PATH", str(wrapper))
+    info = diagnose(cwd=root, probe_devices=False)
+    tool = info["tools"]["cuobjdump"]
+    assert tool["path"] == str(wrapper) and tool["note"].startswith("from TRITON_CUOBJDUMP_PATH")
+    assert "from the Triton wheel" not in tool["note"]
+    assert info["tools"]["nvdisasm"]["note"] == "from the Triton wheel"
+    assert info["exit_code"] == 2 and "TRITON_CUOBJDUMP_PATH" in info["refused"]
+    assert "from the Triton wheel" not in [line for line in render_doctor_text(info).splitlines()
+                                           if line.startswith("cuobjdump")][0]
+
+
+def test_unknown_harmless_and_pinned_variables_are_each_reported(tmp_path, monkeypatch):
+    root = _project(tmp_path / "p", [triton.__version__])
+    monkeypatch.delitem(HARMLESS_ENV, "TRITON_CACHE_AUTOTUNING")        # as if a new Triton had added it
+    env = {"TRITON_CACHE_AUTOTUNING": "1", "TRITON_PRINT_AUTOTUNING": "1", "TRITON_HIP_USE_COEXEC_SCHEDULER": "1"}
+    info = diagnose(cwd=root, environ=env, probe_devices=False)
+    assert info["unclassified"] == ["TRITON_CACHE_AUTOTUNING"] and info["exit_code"] == 2
+    assert "TRITON_CACHE_AUTOTUNING is set: the installed Triton reads it" in info["problems"][0]
+    assert info["harmless"] == {"TRITON_PRINT_AUTOTUNING": HARMLESS_ENV["TRITON_PRINT_AUTOTUNING"]}
+    assert info["overridden"] == {"TRITON_HIP_USE_COEXEC_SCHEDULER": {"user": "1", "pinned": None}}
+    text = render_doctor_text(info)
+    assert "TRITON_CACHE_AUTOTUNING is set: Triton reads it, xisa cannot vouch for it" in text
+    assert "TRITON_PRINT_AUTOTUNING is set: autotuning" in text
+    assert "TRITON_HIP_USE_COEXEC_SCHEDULER='1' is ignored: xisa pins unset" in text

@@ -607,14 +607,19 @@ def test_sharded_and_unsharded_fingerprints_are_identical(run_xisa, tinyproj):
 def test_triton_cache_cold_and_warm_give_the_same_fingerprints(run_xisa, tinyproj, tmp_path):
     env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
     triton_cache = tmp_path / "cache" / "triton"
-    cold = run_xisa("compile", "--json", "--no-cache", "--arch", "gfx942", cwd=tinyproj, env=env)
+    results = tmp_path / "cache" / "results"   # removed before each run, so Triton's cache is what is tested
+    cold = run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj, env=env)
     assert cold.code == 0, cold.err
     assert any(triton_cache.rglob("*.amdgcn")), "the compile did not use xisa's private Triton cache"
-    warm = run_xisa("compile", "--json", "--no-cache", "--arch", "gfx942", cwd=tinyproj, env=env)
+    shutil.rmtree(results)
+    warm = run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj, env=env)
     assert _fingerprints(warm) == _fingerprints(cold)
     shutil.rmtree(triton_cache)
-    emptied = run_xisa("compile", "--json", "--no-cache", "--arch", "gfx942", cwd=tinyproj, env=env)
+    shutil.rmtree(results)
+    emptied = run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj, env=env)
     assert _fingerprints(emptied) == _fingerprints(cold)
+    fresh = run_xisa("compile", "--json", "--no-cache", "--arch", "gfx942", cwd=tinyproj, env=env)
+    assert _fingerprints(fresh) == _fingerprints(cold)
 
 
 # --- 8. security ------------------------------------------------------------------------------------

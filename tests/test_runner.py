@@ -58,7 +58,8 @@ def test_warm_run_does_not_import_triton(run_xisa, tinyproj, tmp_path):
     env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
     assert run_xisa("compile", "--arch", "gfx942", cwd=tinyproj, env=env).code == 0
     probe = tmp_path / "probe.py"
-    probe.write_text("import sys, runpy\nsys.argv=['xisa','compile','--arch','gfx942']\n"
+    # sys.path as `python -m xisa` has it (the cwd first): the result cache keys on the import path
+    probe.write_text("import os, sys, runpy\nsys.argv=['xisa','compile','--arch','gfx942']\nsys.path[0]=os.getcwd()\n"
                      "try:\n    runpy.run_module('xisa', run_name='__main__')\nexcept SystemExit as e:\n"
                      "    print('TRITON' if 'triton' in sys.modules else 'NO-TRITON', e.code, file=sys.stderr)\n")
     import os

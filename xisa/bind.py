@@ -9,8 +9,11 @@ would, and hand them to the binder that `JITFunction.run` uses.
 from __future__ import annotations
 
 import difflib
+import functools
+import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,39 +135,18 @@ def constexpr_value(value: Any, *, path: str, field: str) -> Any:
 
 
 def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
-    """Import the spec's module (only from the configured roots) and return its JITFunction."""
+    """Import the spec's module (only from the configured roots) and return its JITFunction.
+
+    The module is loaded once per process in a namespace of its own (`_load_isolated`), and the
+    project files the load imported are recorded for the result cache (`kernel_dependencies`).
+    """
     from triton.runtime.jit import JITFunction
 
-    if spec.source_file is not None:
-        source = spec.source_file
-        if not any(_within(source, root) for root in roots):
-            raise SpecError(f"{source} is outside the project's kernel roots", path=spec.spec_path, field="source",
-                            fix="keep kernel sources inside the project")
-        module_name = f"xisa_kernels.{spec.name}.{source.stem}"
-        module = sys.modules.get(module_name)
-        if module is None:
-            for directory in (str(source.parent),):
-                if directory not in sys.path:
-                    sys.path.insert(0, directory)
-            loader_spec = importlib.util.spec_from_file_location(module_name, source)
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[module_name] = module
-            try:
-                loader_spec.loader.exec_module(module)
-            except Exception as exc:
-                sys.modules.pop(module_name, None)
-                raise SpecError(f"importing {source.name} failed: {type(exc).__name__}: {exc}",
-                                path=spec.spec_path, field="source") from None
-    else:
-        try:
-            module = importlib.import_module(spec.module)
-        except Exception as exc:
-            raise SpecError(f"cannot import module {spec.module!r}: {type(exc).__name__}: {exc}",
-                            path=spec.spec_path, field="module") from None
-        origin = Path(getattr(module, "__file__", "") or "")
-        if not any(_within(origin, root) for root in roots):
-            raise SpecError(f"module {spec.module!r} lives outside the project's kernel roots ({origin})",
-                            path=spec.spec_path, field="module")
+    loaded = _LOADED.get(_load_key(spec))
+    if loaded is None:
+        loaded = _load_isolated(spec, roots)
+        _LOADED[_load_key(spec)] = loaded
+    module = loaded.module
     fn = getattr(module, spec.function, None)
     if fn is None:
         names = [n for n in dir(module) if isinstance(getattr(module, n), JITFunction)]
@@ -175,6 +157,202 @@ def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
         raise SpecError(f"{spec.function!r} is a {type(fn).__name__}, not a @triton.jit kernel", path=spec.spec_path,
                         field="function", fix="decorate it with @triton.jit (autotuned kernels: name the inner jit fn)")
     return fn
+
+
+def kernel_dependencies(spec: KernelSpec) -> dict[str, str | None] | None:
+    """The files the load of `spec`'s module imported -> SHA-256 (None: must stay absent); None if not loaded."""
+    loaded = _LOADED.get(_load_key(spec))
+    return dict(loaded.dependencies) if loaded is not None else None
+
+
+@dataclass
+class _LoadedModule:
+    module: Any
+    dependencies: dict[str, str | None]
+
+
+# Per process: a forked compile worker loads each spec's module once, however many cells it compiles.
+_LOADED: dict[tuple, _LoadedModule] = {}
+
+# Kernel files never live here, and reading some of these never ends.
+_SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
+# Always the environment, wherever they are installed from (an editable Triton is still the toolchain).
+_ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
+
+
+def _load_key(spec: KernelSpec) -> tuple:
+    return (str(spec.spec_file), str(spec.source_file), spec.module)
+
+
+def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
+    """Import the kernel module with no project module of an earlier load in sight, and record what it imported.
+
+    A long-lived worker would otherwise keep the first `common` it imported and hand it to every later
+    kernel doing `from common import f`, whatever folder that kernel is in. So the project's modules
+    (everything outside the standard library and installed packages) are set aside during the load,
+    the ones the load added are dropped after it (the kernel keeps references to what it uses), and
+    sys.path is restored. The kernel module itself stays registered for the on-device checks.
+    """
+    global _READS
+    if not _READS_HOOKED:
+        _hook_reads()
+    saved_path = list(sys.path)
+    set_aside = {name: module for name, module in list(sys.modules.items()) if _is_project_module(name, module)}
+    for name in set_aside:
+        del sys.modules[name]
+    before = set(sys.modules)
+    _READS = reads = []
+    try:
+        module = _import_kernel_module(spec, roots)
+        _READS = None  # hashing the files below reads them too
+        added = {name: sys.modules[name] for name in set(sys.modules) - before}
+        dependencies = _dependency_files(added, reads)
+    finally:
+        _READS = None
+        for name in set(sys.modules) - before:
+            if _is_project_module(name, sys.modules[name]):
+                del sys.modules[name]
+        sys.modules.update(set_aside)
+        sys.path[:] = saved_path
+    sys.modules[module.__name__] = module
+    return _LoadedModule(module=module, dependencies=dependencies)
+
+
+# Files opened for reading while a kernel module loads (None: no load under way). An audit hook sees
+# every read, so a helper loaded by path (never in sys.modules) or a data file counts too.
+_READS: list[str] | None = None
+_READS_HOOKED = False
+
+
+def _hook_reads() -> None:
+    global _READS_HOOKED
+
+    def note_read(event: str, args: tuple) -> None:
+        if event == "open" and _READS is not None:
+            path, _, flags = args
+            if isinstance(path, (str, bytes, os.PathLike)) and isinstance(flags, int) \
+                    and flags & os.O_ACCMODE == os.O_RDONLY:
+                _READS.append(os.fsdecode(os.fspath(path)))
+
+    sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load
+    _READS_HOOKED = True
+
+
+def _import_kernel_module(spec: KernelSpec, roots: list[Path]):
+    if spec.source_file is not None:
+        source = spec.source_file
+        if not any(_within(source, root) for root in roots):
+            raise SpecError(f"{source} is outside the project's kernel roots", path=spec.spec_path, field="source",
+                            fix="keep kernel sources inside the project")
+        module_name = f"xisa_kernels.{spec.name}.{source.stem}"
+        sys.path.insert(0, str(source.parent))  # `from common import f` beside the kernel
+        loader_spec = importlib.util.spec_from_file_location(module_name, source)
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[module_name] = module
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise SpecError(f"importing {source.name} failed: {type(exc).__name__}: {exc}",
+                            path=spec.spec_path, field="source") from None
+        return module
+    try:
+        module = importlib.import_module(spec.module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and missing != spec.module and spec.module.startswith(missing + "."):
+            raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: its parent package "
+                            f"{missing!r} was not found", path=spec.spec_path, field="module",
+                            fix=f"add {missing.replace('.', '/')}/__init__.py under the project root, or put "
+                                "its parent folder on PYTHONPATH") from None
+        raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: {exc}", path=spec.spec_path,
+                        field="module") from None
+    except Exception as exc:
+        raise SpecError(f"cannot import module {spec.module!r}: {type(exc).__name__}: {exc}",
+                        path=spec.spec_path, field="module") from None
+    origin = Path(getattr(module, "__file__", "") or "")
+    if not any(_within(origin, root) for root in roots):
+        raise SpecError(f"module {spec.module!r} lives outside the project's kernel roots ({origin})",
+                        path=spec.spec_path, field="module")
+    return module
+
+
+def _is_project_module(name: str, module: Any) -> bool:
+    """A module of the project: not built in, not in the standard library or an installed package."""
+    if name.partition(".")[0] in _ENVIRONMENT_PACKAGES:
+        return False
+    try:
+        namespace = vars(module)  # never getattr: a lazy module would import on attribute access
+    except TypeError:
+        return False
+    file = namespace.get("__file__")
+    if file:
+        return not _in_environment(file)
+    paths = namespace.get("__path__")  # a namespace package: its folders
+    try:
+        return bool(paths) and any(not _in_environment(p) for p in list(paths))
+    except TypeError:
+        return False
+
+
+def _dependency_files(added: dict[str, Any], reads: list[str]) -> dict[str, str | None]:
+    """The project files a load read and the files of the project modules it added, with their SHA-256
+    (a namespace package's missing __init__.py as None: one appearing would change what the import runs).
+    Bytecode caches are left out: they follow their sources."""
+    files: dict[str, str | None] = {}
+    for path in reads:
+        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS) or _in_environment(path):
+            continue
+        if os.path.isfile(path):
+            files[os.path.abspath(path)] = file_sha256(path)
+    for name, module in added.items():
+        if not _is_project_module(name, module):
+            continue
+        namespace = vars(module)
+        file = namespace.get("__file__")
+        if file:
+            files[os.path.abspath(file)] = file_sha256(file)
+        else:
+            for folder in list(namespace.get("__path__") or []):
+                files[os.path.join(os.path.abspath(folder), "__init__.py")] = None
+    return dict(sorted(files.items()))
+
+
+def file_sha256(path: str) -> str | None:
+    """SHA-256 of a file's bytes; None when it does not exist (or cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_environment(path: str) -> bool:
+    path = os.path.abspath(path)
+    real = os.path.realpath(path)
+    return any(p.startswith(root) for root in _environment_roots() for p in (path, real))
+
+
+@functools.lru_cache(maxsize=1)
+def _environment_roots() -> tuple[str, ...]:
+    """The standard library's and the installed packages' folders (the toolchain identity covers them)."""
+    import site
+    import sysconfig
+
+    folders: set[str] = set()
+    for variables in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
+        paths = sysconfig.get_paths(vars=variables) if variables else sysconfig.get_paths()
+        folders.update(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths)
+    try:
+        folders.update(site.getsitepackages())
+        folders.add(site.getusersitepackages())
+    except AttributeError:  # an old virtualenv's site module
+        pass
+    roots = set()
+    for folder in folders:
+        for variant in (os.path.abspath(folder), os.path.realpath(folder)):
+            roots.add(os.path.join(variant, ""))
+    return tuple(sorted(roots))
 
 
 def _within(path: Path, root: Path) -> bool:

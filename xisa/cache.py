@@ -1,26 +1,38 @@
 """A result cache private to xisa, keyed by everything that can change a cell's codegen.
 
-An unchanged cell is answered from here without importing Triton. A corrupt entry is a miss.
+An unchanged cell is answered from here without importing Triton. The key names the cell, its spec
+and kernel files, the toolchain, the pinned environment and xisa's own code; each entry also
+carries a depfile: every project file the compile's kernel load imported or read, with its SHA-256, as
+recorded by the worker (`xisa.bind.kernel_dependencies`). An entry whose depfile no longer matches
+the files is a miss (as ccache's manifests). A corrupt entry is a miss; an entry or folder that
+another user owns or could have written is refused: its results could be forged.
 """
 
 from __future__ import annotations
 
-import ast
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
+import sys
 import tempfile
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from xisa.bind import file_sha256
+from xisa.errors import ToolchainError
 from xisa.result import CellResult
 from xisa.spec import Cell
-from xisa.toolchain import PINNED_ENV
+from xisa.toolchain import PINNED_ENV, unclassified_environment
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
+RESULTS = "results"
+TRITON = "triton"      # Triton's own cache, private to xisa
+TIMINGS = "timings.json"
 
 
 @lru_cache(maxsize=1)
@@ -37,70 +49,36 @@ def xisa_identity() -> str:
 
 @lru_cache(maxsize=1)
 def toolchain_identity() -> str:
-    """The installed Triton build (its RECORD covers the bundled LLVM, lld and ptxas), read without importing it."""
+    """The installed Triton build (its RECORD covers the bundled LLVM, lld and ptxas) and the installed
+    packages' versions (a kernel may import one), read without importing anything."""
     try:
         dist = metadata.distribution("triton")
     except metadata.PackageNotFoundError:
         return "none"
     record = dist.read_text("RECORD") or ""
-    return f"{dist.version}:{hashlib.sha256(record.encode()).hexdigest()[:16]}"
+    installed = set()
+    for folder in sys.path:
+        try:
+            installed.update(n for n in os.listdir(folder or ".") if n.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            continue
+    packages = hashlib.sha256("\n".join(sorted(installed)).encode()).hexdigest()[:16]
+    return f"{dist.version}:{hashlib.sha256(record.encode()).hexdigest()[:16]}:{packages}"
 
 
-def _local_imports(source: Path, roots: tuple[Path, ...], seen: set[Path]) -> None:
-    """Add `source` and the project-local modules it imports (transitively) to `seen`."""
-    if source in seen:
-        return
-    seen.add(source)
-    try:
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level and node.module:
-                names.append(node.module)
-            elif node.module:
-                names.append(node.module)
-                names.extend(f"{node.module}.{alias.name}" for alias in node.names)
-            elif node.level:
-                names.extend(alias.name for alias in node.names)
-    for name in names:
-        parts = name.split(".")
-        for base in (source.parent, *roots):
-            for candidate in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__init__.py")):
-                if candidate.is_file():
-                    _local_imports(candidate.resolve(), roots, seen)
+def cell_key(cell: Cell, roots: tuple[Path, ...]) -> str:
+    """What the compile of `cell` depends on, apart from the files its load imports (the entry's depfile).
 
-
-def source_digest(cell: Cell, roots: tuple[Path, ...]) -> str:
+    The spec and kernel paths and sys.path are in it because they decide which files an import finds.
+    """
     spec = cell.kernel
-    if spec.source_file is None:
-        import importlib.util
-
-        found = importlib.util.find_spec(spec.module)
-        origin = Path(found.origin) if found and found.origin else None
-        files: set[Path] = set()
-        if origin:
-            _local_imports(origin.resolve(), roots, files)
-    else:
-        files = set()
-        _local_imports(spec.source_file, roots, files)
-    digest = hashlib.sha256()
-    for file in sorted(files):
-        digest.update(file.name.encode())
-        digest.update(hashlib.sha256(file.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def cell_key(cell: Cell, roots: tuple[Path, ...], *, source: str | None = None) -> str:
     payload = {
         "format": CACHE_FORMAT, "xisa": xisa_identity(), "toolchain": toolchain_identity(),
-        "pinned": PINNED_ENV, "target": cell.target.summary(), "kernel": cell.kernel.name,
-        "function": cell.kernel.function, "case": cell.case, "args": cell.args, "constexprs": cell.constexprs,
-        "options": cell.options, "source": source or source_digest(cell, roots),
+        "pinned": PINNED_ENV, "environment": unclassified_environment(), "target": cell.target.summary(),
+        "kernel": spec.name, "function": spec.function, "case": cell.case, "args": cell.args,
+        "constexprs": cell.constexprs, "options": cell.options, "spec": str(spec.spec_file),
+        "source": str(spec.source_file) if spec.source_file else None, "module": spec.module,
+        "roots": [str(r) for r in roots], "sys_path": list(sys.path),
     }
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
@@ -110,54 +88,169 @@ def _digest(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
+# --- trust: a cache folder or entry someone else could have written is refused ---------------------
+
+def check_private(path: Path, info: os.stat_result, what: str) -> None:
+    """Refuse `path` unless this user owns it and no one else can write it (a link counts as foreign)."""
+    if stat.S_ISLNK(info.st_mode):
+        raise ToolchainError(f"{path}: the {what} is a symbolic link, so its results could come from anywhere",
+                             fix=f"remove {path} (xisa makes its cache folders itself)")
+    if info.st_uid != os.geteuid():
+        raise ToolchainError(f"{path}: the {what} belongs to another user (uid {info.st_uid}), so its results "
+                             "could be forged",
+                             fix="point XISA_CACHE_DIR at a folder of your own" if what == "cache folder" else
+                             f"remove {path}, or run xisa cache clear")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ToolchainError(f"{path}: the {what} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}), "
+                             "so its results could be forged",
+                             fix=f"chmod go-w {path} and run xisa cache clear, or point XISA_CACHE_DIR at a folder "
+                                 "only you can write")
+
+
+def open_cache_folder(cache_dir: Path) -> None:
+    """Make the cache folder (private to this user) and refuse one that is not ours alone."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = cache_dir.stat()
+    except OSError as exc:
+        raise ToolchainError(f"cannot use {cache_dir} as xisa's cache: {exc.strerror}", field="XISA_CACHE_DIR",
+                             fix="point XISA_CACHE_DIR (or [tool.xisa] cache) at a writable folder") from None
+    check_private(cache_dir, info, "cache folder")
+    for name in (RESULTS, TRITON):
+        _check_subfolder(cache_dir / name)
+    try:  # Triton makes its folders with the umask's mode: this one keeps them private
+        (cache_dir / TRITON).mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        pass  # a full disk: Triton's writes fall back to a temp folder (triton_cache_class)
+
+
+def _check_subfolder(path: Path) -> None:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ToolchainError(f"{path}: cannot read the cache folder: {exc.strerror}",
+                             fix="fix its permissions or run xisa cache clear") from None
+    check_private(path, info, "cache folder")
+
+
+def clear_cache(cache_dir: Path) -> int:
+    """Remove everything xisa keeps in `cache_dir` (results, Triton's cache, timings); the number of results.
+
+    A cache folder of another user is refused, not emptied; links are removed, never followed.
+    """
+    try:
+        info = cache_dir.stat()
+    except FileNotFoundError:
+        return 0
+    if info.st_uid != os.geteuid():
+        check_private(cache_dir, info, "cache folder")
+    results = cache_dir / RESULTS
+    count = sum(1 for _ in results.rglob("*.json")) if results.is_dir() and not results.is_symlink() else 0
+    for entry in cache_dir.iterdir():
+        if entry.name not in (RESULTS, TRITON, TIMINGS) and not entry.name.startswith(".tmp-"):
+            continue  # not ours: leave it
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    return count
+
+
+# --- the result cache ------------------------------------------------------------------------------
+
 class ResultCache:
     def __init__(self, directory: Path):
-        self.directory = directory / "results"
+        self.directory = directory / RESULTS
+        self._file_hashes: dict[str, str | None] = {}   # one hash per file per run
+        self._checked: set[Path] = set()
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
 
+    def _file_hash(self, path: str) -> str | None:
+        if path not in self._file_hashes:
+            self._file_hashes[path] = file_sha256(path)
+        return self._file_hashes[path]
+
+    def dependencies_hold(self, dependencies: dict[str, str | None]) -> bool:
+        return all(self._file_hash(path) == digest for path, digest in dependencies.items())
+
     def get(self, key: str) -> CellResult | None:
+        path = self._path(key)
+        if path.parent not in self._checked:
+            _check_subfolder(path.parent)
+            self._checked.add(path.parent)
         try:
-            data = json.loads(self._path(key).read_text(encoding="utf-8"))
-            if data.get("key") != key or data.get("digest") != _digest(data["result"]):
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                check_private(path, path.lstat(), "cache entry")
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            check_private(path, os.fstat(handle.fileno()), "cache entry")
+            raw = handle.read()
+        try:
+            data = json.loads(raw)
+            dependencies = data["dependencies"]
+            if (data.get("key") != key or data.get("digest") != _digest({"result": data["result"],
+                                                                          "dependencies": dependencies})):
                 return None
+            if not isinstance(dependencies, dict) or not dependencies or not self.dependencies_hold(dependencies):
+                return None  # a file the compile imported changed (or the entry has no depfile)
             result = CellResult.from_cache(data["result"])
             stream = result.analysis.stream_text if result.analysis else ""
             if result.analysis and hashlib.sha256(stream.encode()).hexdigest() != result.analysis.sha256:
                 return None
             return result
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None  # absent or corrupt: compile again
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None  # corrupt: compile again
 
-    def put(self, key: str, result: CellResult) -> None:
-        # Only successful compiles are kept: an error may come from a hang or a crash worth retrying.
-        if not result.ok:
+    def put(self, key: str, result: CellResult, dependencies: dict[str, str | None] | None) -> None:
+        # Only successful compiles with a depfile are kept: an error may come from a hang or a crash worth retrying.
+        if not result.ok or not dependencies:
             return
         path = self._path(key)
+        record = result.to_cache()
+        text = json.dumps({"key": key, "digest": _digest({"result": record, "dependencies": dependencies}),
+                           "result": record, "dependencies": dependencies}, sort_keys=True)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                record = result.to_cache()
-                json.dump({"key": key, "digest": _digest(record), "result": record}, handle, sort_keys=True)
-            os.replace(tmp, path)
+            path.parent.parent.mkdir(exist_ok=True, mode=0o700)
+            path.parent.mkdir(exist_ok=True, mode=0o700)
         except OSError:
-            pass  # a cache that cannot be written only costs speed
+            return  # a cache that cannot be written only costs speed
+        write_private(path, text)
 
     def clear(self) -> int:
-        count = 0
-        if self.directory.is_dir():
-            count = sum(1 for _ in self.directory.rglob("*.json"))
-            shutil.rmtree(self.directory, ignore_errors=True)
-        return count
+        return clear_cache(self.directory.parent)
+
+
+def write_private(path: Path, text: str) -> bool:
+    """Write `text` to `path` through a temp file and a rename; on failure (a full disk) leave nothing behind."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return False  # a cache that cannot be written only costs speed
 
 
 class Timings:
     """Recorded compile seconds per cell id: the slowest cells start first, shards balance by them."""
 
     def __init__(self, directory: Path):
-        self.path = directory / "timings.json"
+        self.path = directory / TIMINGS
         try:
             self.data: dict[str, float] = json.loads(self.path.read_text(encoding="utf-8"))
             if not isinstance(self.data, dict):
@@ -175,13 +268,38 @@ class Timings:
             if not result.cached and result.ok:
                 self.data[result.id] = round(result.seconds, 3)
                 changed = True
-        if changed:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
-                with os.fdopen(fd, "w") as handle:
-                    json.dump(self.data, handle, sort_keys=True)
-                os.replace(tmp, self.path)
-            except OSError:
-                pass
+        if changed and self.path.parent.is_dir():
+            write_private(self.path, json.dumps(self.data, sort_keys=True))
 
+
+# --- Triton's own cache ----------------------------------------------------------------------------
+
+def triton_cache_class(fallback: str):
+    """Triton's file cache, except that a write it cannot make (a full disk, a read-only folder) goes to
+    `fallback` instead of failing the compile, leaving no temp folder behind. Imports Triton."""
+    from triton.runtime.cache import FileCacheManager
+
+    class PrivateTritonCache(FileCacheManager):
+        def __init__(self, key, override=False, dump=False):
+            try:
+                super().__init__(key, override, dump)
+            except OSError:
+                self._fall_back(key)
+
+        def put(self, data, filename, binary=True) -> str:
+            try:
+                return super().put(data, filename, binary)
+            except OSError:
+                # Triton writes through `tmp.pid_<pid>_<uuid>/` in the entry's folder: drop ours.
+                for leftover in Path(self.cache_dir).glob(f"tmp.pid_{os.getpid()}_*"):
+                    shutil.rmtree(leftover, ignore_errors=True)
+                self._fall_back(self.key)
+                return super().put(data, filename, binary)
+
+        def _fall_back(self, key) -> None:
+            self.key = key
+            self.cache_dir = os.path.join(fallback, key)
+            self.lock_path = os.path.join(self.cache_dir, "lock")
+            os.makedirs(self.cache_dir, exist_ok=True)
+
+    return PrivateTritonCache

@@ -15,11 +15,12 @@ import yaml
 
 from xisa.names import display_path
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, XisaError
-from xisa.toolchain import (GOLDEN_TRITON, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON, amd_codegen_revision,
-                            parse_version, pinned_overrides, ptxas_version, refused_variables)
+from xisa.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON,
+                            amd_codegen_revision, parse_version, pinned_overrides, ptxas_version, refused_variables,
+                            unclassified_variables, wheel_tool)
 
 DOCTOR_SCHEMA_VERSION = 1
-NVIDIA_TOOLS = ("ptxas", "cuobjdump", "nvdisasm")
+NVIDIA_TOOLS = ("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm")
 
 
 def _installed_triton() -> str | None:
@@ -62,15 +63,18 @@ def _lld() -> dict[str, Any]:
     return {"found": bool(system), "path": system, "note": "from PATH" if system else "not found"}
 
 
-def _nvidia_tool(name: str) -> dict[str, Any]:
-    try:
-        from triton.knobs import nvidia
-
-        path = getattr(nvidia, name).path
-    except Exception as exc:  # the knob resolves the wheel's binary and raises if it is missing
-        return {"found": False, "path": None, "note": f"not found ({type(exc).__name__})"}
+def _nvidia_tool(name: str, env) -> dict[str, Any]:
+    """The tool Triton would run: the one a TRITON_<TOOL>_PATH names (which xisa refuses), else the wheel's."""
+    variable = f"TRITON_{name.upper().replace('-', '_')}_PATH"
+    if env.get(variable, "") not in ("", "0"):
+        path = env[variable]
+        note = f"from {variable}, not the Triton wheel: refused"
+    else:
+        wheel = wheel_tool(name)
+        path = str(wheel) if wheel else None
+        note = "from the Triton wheel"
     found = bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
-    return {"found": found, "path": path, "note": "from the Triton wheel" if found else "not executable"}
+    return {"found": found, "path": path, "note": note if found else f"not executable ({note})"}
 
 
 def scan_golden_toolchains(golden_dir: Path, *, display_root: Path | None = None) -> dict[str, Any]:
@@ -119,7 +123,7 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
     codegen = amd_codegen_revision() if "amd" in backends else None
     tools = {"ld.lld": _lld() if "amd" in backends else {"found": False, "path": None, "note": "no AMD backend"}}
     for name in NVIDIA_TOOLS:
-        tools[name] = (_nvidia_tool(name) if "nvidia" in backends
+        tools[name] = (_nvidia_tool(name, env) if "nvidia" in backends
                        else {"found": False, "path": None, "note": "no NVIDIA backend"})
     ptxas = ptxas_version() if tools["ptxas"]["found"] else None
     if ptxas:
@@ -132,6 +136,11 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
     refused = refused_variables(dict(env))
     for name, why in refused.items():
         problems.append(f"{name} is set: it {why}; no result could be trusted (fix: unset {name})")
+    unclassified = unclassified_variables(environ) if version else []
+    for name in unclassified:
+        problems.append(f"{name} is set: the installed Triton reads it and xisa does not know whether it changes "
+                        f"the compiled code; no result could be trusted (fix: unset {name})")
+    harmless = {name: why for name, why in HARMLESS_ENV.items() if name in env}
 
     # The project, its targets (for device matching) and its goldens; doctor also runs outside a project.
     project_info: dict[str, Any] = {"root": None, "golden_dir": None}
@@ -180,7 +189,8 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
                    "amd_codegen_revision": codegen, "ptxas_version": ptxas},
         "backends": backends, "tools": tools,
         "pinned": dict(PINNED_ENV), "overridden": overridden,
-        "refused": refused, "refused_known": sorted(REFUSED_ENV),
+        "refused": refused, "refused_known": sorted(REFUSED_ENV), "unclassified": unclassified,
+        "harmless": harmless,
         "devices": devices, "project": project_info, "goldens": goldens,
         "problems": problems, "warnings": warnings, "verdict": verdict, "exit_code": exit_code,
     }
@@ -213,6 +223,10 @@ def render_doctor_text(info: dict[str, Any]) -> str:
             rows.append(("refused", f"{name} is set: it {why}"))
     else:
         rows.append(("refused vars", "none set (checked: " + ", ".join(info["refused_known"]) + ")"))
+    for name in info["unclassified"]:
+        rows.append(("unknown", f"{name} is set: Triton reads it, xisa cannot vouch for it"))
+    for name, why in info["harmless"].items():
+        rows.append(("  harmless", f"{name} is set: {why}"))
     if info["devices"]:
         for d in info["devices"]:
             rows.append(("gpu", f"GPU {d['index']}: {d['name']} ({d['arch']}, "

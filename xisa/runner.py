@@ -9,15 +9,18 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from xisa.cache import ResultCache, Timings, cell_key, source_digest
+from xisa.bind import kernel_dependencies
+from xisa.cache import ResultCache, Timings, cell_key, open_cache_folder, triton_cache_class
 from xisa.compile import compile_cell
 from xisa.result import CellResult
 from xisa.spec import Cell
@@ -29,6 +32,7 @@ _CELLS: list[Cell] = []
 _ROOTS: list[Path] = []
 _KEEP_STAGES = False
 _PARENT_PID = 0
+_TRITON_FALLBACK = ""   # where Triton's cache writes go when the cache folder cannot take them
 
 
 def available_cores() -> int:
@@ -80,6 +84,7 @@ def _die_with_parent() -> None:
 
 def _worker_main(conn) -> None:
     _die_with_parent()
+    _prepare_worker_toolchain()
     while True:
         try:
             index = conn.recv()
@@ -87,8 +92,28 @@ def _worker_main(conn) -> None:
             return
         if index is None:
             return
-        result = compile_cell(_CELLS[index], roots=_ROOTS, keep_stages=_KEEP_STAGES)
-        conn.send((index, result))
+        conn.send(_compile_one(index))
+
+
+def _prepare_worker_toolchain() -> None:
+    """Triton as a default launch sees it: knobs from the (pinned) environment only, none set in code by
+    the parent process; its cache writes fall back to a temp folder when the cache folder cannot take them."""
+    from triton import knobs
+
+    for group in vars(knobs).values():
+        if isinstance(group, knobs.base_knobs):
+            group.reset()
+    refresh = getattr(knobs, "refresh_knobs", None)  # knobs read once at import (TRITON_DEBUG)
+    if refresh is not None:
+        refresh()
+    knobs.cache.manager_class = triton_cache_class(_TRITON_FALLBACK)
+
+
+def _compile_one(index: int) -> tuple[int, CellResult, dict[str, str | None] | None]:
+    """A cell's result and its depfile: the project files its kernel's load imported, with their hashes."""
+    cell = _CELLS[index]
+    result = compile_cell(cell, roots=_ROOTS, keep_stages=_KEEP_STAGES)
+    return index, result, kernel_dependencies(cell.kernel)
 
 
 class _Worker:
@@ -128,13 +153,7 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
     # Refused variables and an unsupported Triton make any result untrustworthy, cached answers included.
     toolchain.check_environment()
     toolchain.check_supported(toolchain.triton_version())
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        from xisa.errors import ToolchainError
-
-        raise ToolchainError(f"cannot use {cache_dir} as xisa's cache: {exc.strerror}", field="XISA_CACHE_DIR",
-                             fix="point XISA_CACHE_DIR (or [tool.xisa] cache) at a writable folder") from None
+    open_cache_folder(cache_dir)
     # --no-cache compiles every cell but still records the results, so the next run is warm.
     cache = ResultCache(cache_dir)
     read_cache = options.use_cache and not options.keep_stages
@@ -142,11 +161,8 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
     results: list[CellResult | None] = [None] * len(cells)
     keys: list[str | None] = [None] * len(cells)
     todo: list[int] = []
-    source_digests: dict[str, str] = {}
     for index, cell in enumerate(cells):
-        if cell.kernel.spec_path not in source_digests:
-            source_digests[cell.kernel.spec_path] = source_digest(cell, tuple(roots))
-        keys[index] = cell_key(cell, tuple(roots), source=source_digests[cell.kernel.spec_path])
+        keys[index] = cell_key(cell, tuple(roots))
         if read_cache:
             hit = cache.get(keys[index])
             if hit is not None:
@@ -160,10 +176,10 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
         todo.sort(key=lambda i: -timings.get(cells[i].id))
         pool = _compile_in_pool(cells, todo, roots=roots, cache_dir=cache_dir, options=options)
         with contextlib.closing(pool):  # interrupted here: stop the workers now, not when the generator is collected
-            for index, result in pool:
+            for index, result, dependencies in pool:
                 results[index] = result
                 if keys[index] is not None:
-                    cache.put(keys[index], result)
+                    cache.put(keys[index], result, dependencies)
                 if progress:
                     progress(result)
         timings.update([results[i] for i in todo])
@@ -171,10 +187,37 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
 
 
 def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
-    global _CELLS, _ROOTS, _KEEP_STAGES, _PARENT_PID
-    apply_pinned_env(cache_dir)
-    _warm()
-    _CELLS, _ROOTS, _KEEP_STAGES, _PARENT_PID = cells, list(roots), options.keep_stages, os.getpid()
+    global _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK, _PARENT_PID
+    # --no-cache compiles from nothing: Triton's cache too is a fresh, empty folder for this run.
+    fresh = fallback = None
+    try:
+        fresh = None if options.use_cache else _scratch_folder("xisa-triton-", cache_dir)
+        fallback = _scratch_folder("xisa-triton-fallback-", cache_dir)
+        apply_pinned_env(cache_dir, triton_cache=fresh)
+        _warm()
+        _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK = cells, list(roots), options.keep_stages, str(fallback)
+        _PARENT_PID = os.getpid()
+        yield from _pool(cells, todo, options)
+    finally:
+        for folder in (fresh, fallback):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _scratch_folder(prefix: str, cache_dir: Path) -> Path:
+    """An empty private folder for this run: in the temp folder, else in the cache folder."""
+    for parent in (None, cache_dir):
+        try:
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        except OSError as exc:
+            reason = exc.strerror
+    from xisa.errors import ToolchainError
+
+    raise ToolchainError(f"cannot make a folder for Triton's cache in {tempfile.gettempdir()} or {cache_dir}: "
+                         f"{reason}", field="TMPDIR", fix="free disk space, or point TMPDIR at a writable folder")
+
+
+def _pool(cells, todo, options):
     jobs = options.jobs or available_cores()
     jobs = max(1, min(jobs, len(todo)))
     ctx = multiprocessing.get_context("fork")
@@ -195,22 +238,22 @@ def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
                     continue
                 if worker.conn in ready:
                     try:
-                        index, result = worker.conn.recv()
+                        index, result, dependencies = worker.conn.recv()
                     except (EOFError, OSError):
-                        index, result = worker.index, None
+                        index, result, dependencies = worker.index, None, None
                     if result is not None:
                         worker.index = None
-                        yield index, result
+                        yield index, result, dependencies
                         continue
                 if worker.process.sentinel in ready or worker.conn in ready:
                     code = worker.process.exitcode
                     yield worker.index, _failed(cells[worker.index], "crash",
-                                                f"the compiler process died (exit code {code}) compiling this cell")
+                                                f"the compiler process died (exit code {code}) compiling this cell"), None
                     worker.kill()
                     workers[position] = _Worker(ctx)
                 elif time.monotonic() - worker.started >= options.timeout:
                     yield worker.index, _failed(cells[worker.index], "timeout",
-                                                f"compile took longer than {options.timeout:g} s (--timeout)")
+                                                f"compile took longer than {options.timeout:g} s (--timeout)"), None
                     worker.kill()
                     workers[position] = _Worker(ctx)
     except BaseException:  # interrupted (SIGINT, SIGTERM, SIGHUP) or closed early: no compile is worth waiting for

@@ -17,17 +17,31 @@ from xisa.errors import ToolchainError
 SUPPORTED_TRITON = ((3, 6), (3, 9))  # inclusive minor range
 GOLDEN_TRITON = "3.8.0"              # the version this repository's goldens are made with
 
-# Variables that rewrite kernels or the compiler: results made under them cannot be trusted.
+# Every environment variable the installed Triton reads, classified once: its knobs (`triton.knobs`) and
+# the variables its C++ side folds into its cache key (`get_cache_invalidating_env_vars`). A variable
+# Triton reads that is in none of the three tables is refused (`unclassified_variables`), and
+# tests/test_environment.py fails when the installed Triton has a knob this table does not name.
+
+# Refused: they rewrite kernels, replace a tool or a cache: results made under them cannot be trusted.
 REFUSED_ENV = {
     "TRITON_KERNEL_OVERRIDE": "replaces compiled kernels with files from TRITON_OVERRIDE_DIR",
     "LLVM_PASS_PLUGIN_PATH": "loads an LLVM pass plugin into the compiler",
     "TRITON_PASS_PLUGIN_PATH": "loads a Triton pass plugin into the compiler",
+    "TRITON_PLUGIN_PATHS": "loads Triton plugins into the compiler",
     "TRITON_SWAP_MIR": "swaps in hand-edited machine IR",
     "TRITON_ENABLE_ASAN": "instruments kernels with the address sanitizer",
+    "TRITON_ENABLE_EXPERIMENTAL_CONSAN": "instruments kernels with the concurrency sanitizer",
     "TRITON_INTERPRET": "runs kernels in the interpreter instead of compiling them",
+    "TRITON_CACHE_MANAGER": "replaces Triton's cache with a class that can hand back any artifact",
+    "TRITON_REMOTE_CACHE_BACKEND": "fetches compiled artifacts from a remote cache",
+    "TRITON_PTXAS_PATH": "replaces the ptxas that assembles sm_80/sm_90 kernels",
+    "TRITON_PTXAS_BLACKWELL_PATH": "replaces the ptxas that assembles sm_100 kernels",
+    "TRITON_CUOBJDUMP_PATH": "replaces the cuobjdump that reads SASS and register use",
+    "TRITON_NVDISASM_PATH": "replaces the nvdisasm that disassembles SASS",
+    "TRITON_LIBDEVICE_PATH": "replaces the libdevice bitcode linked into NVIDIA kernels",
 }
 
-# Knobs that change codegen, pinned to what a default launch uses (None: unset).
+# Pinned: knobs that change codegen (or what Triton keeps), set to what a default launch uses (None: unset).
 PINNED_ENV: dict[str, str | None] = {
     # Line info stays on, as in a launch: measured on an H200 (Triton 3.6, ptxas 12.8), ptxas allocated
     # registers differently for one kernel without it. Normalization strips .loc/.file instead.
@@ -39,22 +53,93 @@ PINNED_ENV: dict[str, str | None] = {
     "TRITON_ALWAYS_COMPILE": None,
     "TRITON_KERNEL_DUMP": None,
     "TRITON_DUMP_MIR": None,
+    "TRITON_STORE_BINARY_ONLY": None,        # the cache would keep no amdgcn/sass to analyze
+    "TRITON_ALLOW_NON_CONSTEXPR_GLOBALS": None,
+    "TRITON_OVERRIDE_ARCH": None,            # xisa names the target; this would compile for another
+    "TRITON_HOME": None,                     # xisa sets TRITON_CACHE_DIR to its own cache
+    "LLVM_EXTRACT_DI_LOCAL_VARIABLES": None,  # rewrites debug info into the IR; the amdgcn is no longer text
+    "USE_IR_LOC": None,
     "AMDGCN_USE_BUFFER_OPS": "1",
     "AMDGCN_USE_BUFFER_ATOMICS": "1",
     "AMDGCN_ANALYZE_SMALL_TENSOR_RANGE": "0",
     "AMDGCN_SCALARIZE_PACKED_FOPS": "0",
+    "AMDGCN_ENABLE_DUMP": None,
     "TRITON_HIP_USE_ASYNC_COPY": None,
     "TRITON_HIP_USE_BLOCK_PINGPONG": None,
     "TRITON_HIP_USE_IN_THREAD_TRANSPOSE": None,
+    "TRITON_HIP_USE_COEXEC_SCHEDULER": None,
+    "TRITON_HIP_USE_EXPERT_SCHEDULING": None,
     "TRITON_HIP_GLOBAL_PREFETCH": None,
     "TRITON_HIP_LOCAL_PREFETCH": None,
+    "TRITON_SWAP_MIR_ENABLE_MISCHED": None,
     "DISABLE_PTXAS_OPT": "0",
     "PTXAS_OPTIONS": None,
     "TRITON_MOCK_PTX_VERSION": None,
+    "TRITON_DUMP_PTXAS_LOG": None,
+    "NVPTX_ENABLE_DUMP": None,
+    "DISABLE_MMA_V3": None,
+    "DISABLE_MMA_V5": None,
+    "ALLOW_LHS_TMEM_LAYOUT_CONVERSION": None,
+    "TRITON_CONSAN_INIT_ALLOCATIONS": None,
     "DISABLE_LLVM_OPT": None,
     "MLIR_ENABLE_DUMP": None,
+    "MLIR_DUMP_PATH": None,
+    "MLIR_ENABLE_TIMING": None,
+    "MLIR_ENABLE_DIAGNOSTICS": None,
+    "MLIR_DISABLE_MULTITHREADING": None,
     "LLVM_IR_ENABLE_DUMP": None,
+    "LLVM_ENABLE_TIMING": None,
+    "TRITON_ENABLE_LLVM_DEBUG": None,
+    "TRITON_LLVM_DEBUG_ONLY": None,
+    "TRITON_REPRODUCER_PATH": None,
+    "TRITON_PARTITION_SCHEDULING_DUMP_DATA_ONLY": None,
+    "TRITON_PARTITION_SCHEDULING_DUMP_LOOP_ONLY": None,
+    "TRITON_PARTITION_SCHEDULING_ENABLE_DUMP_DOT": None,
 }
+
+# Harmless for an ahead-of-time compile: printing, profiling, autotuning, launching on a device.
+HARMLESS_ENV = {
+    "TRITON_CACHE_DIR": "xisa compiles into a Triton cache of its own",
+    "TRITON_DUMP_DIR": "where dumps go; dumps are pinned off",
+    "TRITON_OVERRIDE_DIR": "read only by TRITON_KERNEL_OVERRIDE, which is refused",
+    "TRITON_REDIS_KEY_FORMAT": "read only by a remote cache, which is refused",
+    "TRITON_REDIS_HOST": "read only by a remote cache, which is refused",
+    "TRITON_REDIS_PORT": "read only by a remote cache, which is refused",
+    "TRITON_FRONT_END_DEBUGGING": "changes how compile errors are reported",
+    "TRITON_ENABLE_PYTHON_STACKTRACE": "changes how compile errors are reported",
+    "TRITON_CACHE_AUTOTUNING": "autotuning; xisa compiles given configs",
+    "TRITON_PRINT_AUTOTUNING": "autotuning; xisa compiles given configs",
+    "TRITON_DEFAULT_BACKEND": "picks the driver of a launch; xisa names the target",
+    "TRITON_BACKENDS_IN_TREE": "loads only the backends inside the Triton wheel",
+    "CC": "builds launcher stubs for a device",
+    "TRITON_CUDACRT_PATH": "builds launcher stubs for a device",
+    "TRITON_CUDART_PATH": "builds launcher stubs for a device",
+    "TRITON_LIBCUDA_PATH": "loads kernels on a device",
+    "TRITON_LIBHIP_PATH": "loads kernels on a device",
+    "TRITON_PROTON_DISABLE": "the profiler",
+    "TRITON_CUPTI_LIB_PATH": "the profiler",
+    "TRITON_CUPTI_LIB_BLACKWELL_PATH": "the profiler",
+    "TRITON_ROCPROFILER_SDK_INCLUDE_PATH": "the profiler",
+    "TRITON_ROCPROFILER_SDK_LIB_PATH": "the profiler",
+    "TRITON_PROFILE_BUFFER_SIZE": "the profiler",
+    "TRITON_PROFILE_METRIC_BUFFER_SIZE": "the profiler",
+    "TRITON_ENABLE_NVTX": "the profiler",
+    "TRITON_ENABLE_HW_TRACE": "the profiler",
+    "TRITON_PLUGIN_VERSION_CHECK": "read only with TRITON_PLUGIN_PATHS, which is refused",
+    "LLVM_SYMBOLIZER_PATH": "symbolizes a compiler crash",
+    "LLVM_DISABLE_SYMBOLIZATION": "symbolizes a compiler crash",
+    "LLVM_ENABLE_SYMBOLIZER_MARKUP": "symbolizes a compiler crash",
+    "LLVM_OVERRIDE_PRODUCER": "the producer string in bitcode metadata, not the code",
+}
+
+# Prefixes of the variables Triton, MLIR and LLVM read. A set variable with one of them that the tables
+# do not name is part of the result-cache key, so a warm run (which must not import Triton to list
+# the knobs) never answers for an environment it has not compiled under.
+_TOOLCHAIN_PREFIXES = ("TRITON_", "AMDGCN_", "NVPTX_", "PTXAS_", "MLIR_", "LLVM_", "DISABLE_", "USE_IR_", "ALLOW_")
+
+
+def classified(name: str) -> bool:
+    return name in REFUSED_ENV or name in PINNED_ENV or name in HARMLESS_ENV
 
 
 def refused_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -63,10 +148,55 @@ def refused_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def check_environment(environ: dict[str, str] | None = None) -> None:
+    """The refusals that need no Triton import (a warm run checks these too)."""
     refused = refused_variables(environ)
     if refused:
         name, why = next(iter(refused.items()))
         raise ToolchainError(f"{name} is set: it {why}, so no result could be trusted", field=name,
+                             fix=f"unset {name}")
+
+
+def unclassified_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Set toolchain-like variables the tables do not name: part of the result-cache key."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(env.items()) if k.startswith(_TOOLCHAIN_PREFIXES) and not classified(k)}
+
+
+def triton_knob_variables() -> set[str]:
+    """Every environment variable behind a knob of the installed Triton (imports Triton)."""
+    from triton import knobs
+
+    names = set()
+    for group in vars(knobs).values():
+        if isinstance(group, knobs.base_knobs):
+            names.update(descriptor.key for descriptor in group.knob_descriptors.values())
+    return names
+
+
+def unclassified_variables(environ: dict[str, str] | None = None) -> list[str]:
+    """Set variables the installed Triton reads (a knob, or a C++ cache-invalidating variable) that no table names.
+
+    Imports Triton: the cold path pays for that anyway. The C++ side reads the process environment.
+    """
+    env = os.environ if environ is None else environ
+    read = {name for name in triton_knob_variables() if name in env}
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        if environ is None:
+            read.update(get_cache_invalidating_env_vars())
+    except ImportError:  # not every Triton exposes it
+        pass
+    return sorted(name for name in read if not classified(name))
+
+
+def check_triton_environment(environ: dict[str, str] | None = None) -> None:
+    """Refuse a variable the installed Triton reads that xisa does not know to be safe (imports Triton)."""
+    unknown = unclassified_variables(environ)
+    if unknown:
+        name = unknown[0]
+        raise ToolchainError(f"{name} is set: the installed Triton reads it and xisa does not know whether it "
+                             "changes the compiled code, so no result could be trusted", field=name,
                              fix=f"unset {name}")
 
 
@@ -76,9 +206,15 @@ def pinned_overrides(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: env[k] for k, v in PINNED_ENV.items() if k in env and env[k] != v}
 
 
-def apply_pinned_env(cache_dir: Path) -> None:
-    """Pin codegen knobs and a Triton cache private to xisa, in this process, before Triton compiles."""
+def apply_pinned_env(cache_dir: Path, *, triton_cache: Path | None = None) -> None:
+    """Pin codegen knobs and a Triton cache private to xisa, in this process, before Triton compiles.
+
+    `triton_cache` defaults to `cache_dir/triton`; `--no-cache` passes an empty folder of its own.
+    """
     check_environment()
+    check_triton_environment()  # before pinning: a refusal leaves the environment as it was
+    for name in REFUSED_ENV:  # set to "" or "0": counted as unset, and Triton never sees them
+        os.environ.pop(name, None)
     for name, value in PINNED_ENV.items():
         if value is None:
             os.environ.pop(name, None)
@@ -86,8 +222,7 @@ def apply_pinned_env(cache_dir: Path) -> None:
             os.environ[name] = value
     # Triton's cache keys on a kernel's starting line, not its path: a shared cache could hand us
     # another checkout's asm. Keep ours apart.
-    os.environ["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
-    os.environ.pop("TRITON_HOME", None)
+    os.environ["TRITON_CACHE_DIR"] = str(triton_cache or cache_dir / "triton")
 
 
 def triton_version() -> str:
@@ -142,17 +277,20 @@ def _triton_dir() -> Path | None:
     return Path(spec.origin).parent if spec and spec.origin else None
 
 
+def wheel_tool(name: str) -> Path | None:
+    """The NVIDIA tool inside the Triton wheel: the only one xisa compiles with (TRITON_*_PATH are refused)."""
+    folder = _triton_dir()
+    return folder / "backends" / "nvidia" / "bin" / name if folder else None
+
+
 @functools.lru_cache(maxsize=1)
 def ptxas_version() -> str | None:
-    """ptxas's release, from the binary Triton uses (TRITON_PTXAS_PATH or the wheel's), without importing Triton."""
-    path = os.environ.get("TRITON_PTXAS_PATH")
-    if not path:
-        folder = _triton_dir()
-        path = str(folder / "backends" / "nvidia" / "bin" / "ptxas") if folder else ""
-    if not path or not os.path.exists(path):
+    """The release of the wheel's ptxas, without importing Triton."""
+    path = wheel_tool("ptxas")
+    if path is None or not path.exists():
         return None
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     match = re.search(r"release (\S+?),", out) or re.search(r"V(\d+\.\d+\.\d+)", out)

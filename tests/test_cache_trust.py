@@ -1,0 +1,319 @@
+"""The result cache answers only for what a compile used, and only from a cache no one else could write.
+
+Issue 11, items 2, 3, 6 and 12, and the `module:` spec whose parent package is missing (item 13).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from xisa.cache import ResultCache, triton_cache_class, write_private
+from xisa.result import CellResult
+
+HELPER = """import triton
+
+
+@triton.jit
+def f(x):
+    return x * 2.0
+"""
+
+KERNEL = """import triton
+import triton.language as tl
+{imports}
+
+
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, f(tl.load(x_ptr + r)))
+"""
+
+SPEC = """name: {name}
+{where}
+function: kern
+targets: [gfx942]
+cases:
+  - name: c
+    args: {{x_ptr: '*fp32', y_ptr: '*fp32'}}
+    constexprs: {{BLOCK: 64}}
+"""
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def _edit_helper(path: Path) -> None:
+    path.write_text(path.read_text().replace("x * 2.0", "x * 3.0"))
+
+
+def _verdicts(outcome) -> dict[str, tuple[str, str]]:
+    return {f"{c['kernel']}:{c['case']}@{c['target']}": (c["verdict"], c["head_sha256"])
+            for c in json.loads(outcome.out)["cells"]}
+
+
+# --- item 2: two spec folders with a helper of the same name ------------------------------------------
+
+def test_same_named_helpers_in_two_spec_folders_never_share_a_module(run_xisa, tmp_path):
+    files = {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels/ka", "kernels/kb"]\n'}
+    for name in ("ka", "kb"):
+        files[f"kernels/{name}/common.py"] = HELPER
+        files[f"kernels/{name}/k.py"] = KERNEL.format(imports="from common import f")
+        files[f"kernels/{name}/{name}.yaml"] = SPEC.format(name=name, where="source: k.py")
+    root = _write(tmp_path / "proj", files)
+    env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
+    assert run_xisa("bless", "--no-cache", "--jobs", "1", cwd=root, env=env).code == 0
+    for jobs in ("1", "2"):
+        assert run_xisa("check", "--no-cache", "--jobs", jobs, cwd=root, env=env).code == 0
+    _edit_helper(root / "kernels" / "kb" / "common.py")
+    for jobs in ("1", "2"):   # a worker that compiled ka first must still compile kb against kb/common.py
+        out = run_xisa("check", "--no-cache", "--jobs", jobs, "--format", "json", cwd=root, env=env)
+        assert out.code == 1, (jobs, out.err)
+        verdicts = _verdicts(out)
+        assert verdicts["kb:c@gfx942"][0] == "changed" and verdicts["ka:c@gfx942"][0] == "same", jobs
+
+
+# --- item 3: the cache key covers every file the kernel's load imported -------------------------------
+
+def _src_layout(root: Path) -> dict[str, str]:
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "src/mylib/__init__.py": "",
+                  "src/mylib/helpers.py": HELPER,
+                  "kernels/k.py": KERNEL.format(imports="from mylib.helpers import f"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    path = os.pathsep.join(p for p in (str(root / "src"), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path}
+
+
+def _relative_import_in_module(root: Path) -> dict[str, str]:
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "pkg/__init__.py": "",
+                  "pkg/sub/__init__.py": "", "pkg/sub/helpers.py": HELPER,
+                  "pkg/kern.py": KERNEL.format(imports="from .sub import helpers\n\nf = helpers.f"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="module: pkg.kern")})
+    return {}
+
+
+def _vendored(root: Path) -> dict[str, str]:
+    vendoring = ("import os\nimport sys\n\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '_vendor'))\n"
+                 "from vlib import f  # noqa: E402")
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+                  "kernels/_vendor/vlib/__init__.py": "from vlib.helpers import f  # noqa: F401\n",
+                  "kernels/_vendor/vlib/helpers.py": HELPER, "kernels/k.py": KERNEL.format(imports=vendoring),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+def _loaded_by_path(root: Path) -> dict[str, str]:
+    by_path = ("import importlib.util\nimport os\n\n"
+               "_spec = importlib.util.spec_from_file_location('byhand', os.path.join(os.path.dirname(__file__), "
+               "'lib', 'helpers.py'))\n_helpers = importlib.util.module_from_spec(_spec)\n"
+               "_spec.loader.exec_module(_helpers)\nf = _helpers.f")
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/lib/helpers.py": HELPER,
+                  "kernels/k.py": KERNEL.format(imports=by_path),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+LAYOUTS = {  # layout -> (builder, the helper the kernel imports)
+    "helper-loaded-by-path": (_loaded_by_path, "kernels/lib/helpers.py"),
+    "src-layout-on-pythonpath": (_src_layout, "src/mylib/helpers.py"),
+    "relative-import-in-module-spec": (_relative_import_in_module, "pkg/sub/helpers.py"),
+    "vendored-package": (_vendored, "kernels/_vendor/vlib/helpers.py"),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_warm_check_sees_an_edited_helper(run_xisa, tmp_path, layout):
+    build, helper = LAYOUTS[layout]
+    root = tmp_path / "proj"
+    env = {"XISA_CACHE_DIR": str(tmp_path / "cache"), **build(root)}
+    assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0    # the cell is now cached
+    _edit_helper(root / helper)
+    warm = run_xisa("check", "--jobs", "1", "--format", "json", cwd=root, env=env)
+    cold = run_xisa("check", "--jobs", "1", "--format", "json", "--no-cache", cwd=root, env=env)
+    assert warm.code == cold.code == 1, warm.err
+    assert _verdicts(warm) == _verdicts(cold) and _verdicts(warm)["k:c@gfx942"][0] == "changed"
+
+
+def _sample_result() -> CellResult:
+    from xisa.analyze.amdgcn import analyze_amdgcn
+
+    analysis, _ = analyze_amdgcn((Path(__file__).parent / "fixtures" / "asm" / "scale_gfx942.amdgcn").read_text())
+    return CellResult(kernel="k", case="c", target="gfx942", status="ok", analysis=analysis)
+
+
+def test_an_entry_is_a_hit_only_while_its_depfile_holds(tmp_path):
+    helper = tmp_path / "helper.py"
+    helper.write_text("a = 1\n")
+    absent = tmp_path / "pkg" / "__init__.py"    # a namespace package's: it must stay absent
+    dependencies = {str(helper): hashlib.sha256(b"a = 1\n").hexdigest(), str(absent): None}
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    ResultCache(folder).put("ab" * 32, _sample_result(), dependencies)
+    assert ResultCache(folder).get("ab" * 32).analysis.sha256 == _sample_result().analysis.sha256
+    helper.write_text("a = 2\n")
+    assert ResultCache(folder).get("ab" * 32) is None            # an imported file changed
+    helper.write_text("a = 1\n")
+    absent.parent.mkdir()
+    absent.write_text("")
+    assert ResultCache(folder).get("ab" * 32) is None            # a file that was absent appeared
+    absent.unlink()
+    assert ResultCache(folder).get("ab" * 32) is not None
+    ResultCache(folder).put("cd" * 32, _sample_result(), {})       # no depfile: never kept
+    assert ResultCache(folder).get("cd" * 32) is None
+
+
+# --- item 13: a `module:` spec whose parent package is missing ----------------------------------------
+
+def test_module_with_a_missing_parent_package_is_one_line(run_xisa, tmp_path):
+    root = _write(tmp_path / "proj", {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+                                      "kernels/k.yaml": SPEC.format(name="k", where="module: no_such_pkg.kernels")})
+    out = run_xisa("compile", "--jobs", "1", "--json", cwd=root, env={"XISA_CACHE_DIR": str(tmp_path / "c")})
+    assert out.code == 2 and "Traceback" not in out.err
+    lines = [line for line in out.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error k:c@gfx942: kernels/k.yaml: module: ")
+    assert "cannot import module 'no_such_pkg.kernels'" in lines[0]
+    assert "its parent package 'no_such_pkg' was not found" in lines[0] and "fix: add no_such_pkg/__init__.py" in lines[0]
+
+
+# --- item 6: a cache someone else could write is refused; --no-cache and `cache clear` start from nothing
+
+def _one_line_error(out, *needles: str) -> None:
+    assert out.code == 2, out.out + out.err
+    lines = [line for line in out.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("xisa: error: "), out.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+SCALE_SMALL = ("--arch", "gfx942", "--kernel", "scale:small")
+
+
+def test_cache_folder_writable_by_others_is_refused(run_xisa, tinyproj, tmp_path):
+    cache = tmp_path / "cache"
+    env = {"XISA_CACHE_DIR": str(cache)}
+    assert run_xisa("compile", *SCALE_SMALL, cwd=tinyproj, env=env).code == 0
+    for folder in (cache, cache / "results", next((cache / "results").iterdir())):
+        folder.chmod(0o777)
+        _one_line_error(run_xisa("check", *SCALE_SMALL, cwd=tinyproj, env=env), str(folder),
+                        "writable by group or others", f"fix: chmod go-w {folder}")
+        folder.chmod(0o700)
+    assert run_xisa("compile", *SCALE_SMALL, cwd=tinyproj, env=env).code == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_cache_of_another_user_is_refused(run_xisa, tinyproj, tmp_path):
+    cache = tmp_path / "cache"
+    env = {"XISA_CACHE_DIR": str(cache)}
+    assert run_xisa("compile", *SCALE_SMALL, cwd=tinyproj, env=env).code == 0
+    entry = next((cache / "results").rglob("*.json"))
+    os.chown(entry, 4242, 4242)         # a planted entry under the right key
+    _one_line_error(run_xisa("check", *SCALE_SMALL, cwd=tinyproj, env=env), str(entry), "another user (uid 4242)")
+    os.chown(entry, 0, 0)
+    entry.chmod(0o666)
+    _one_line_error(run_xisa("check", *SCALE_SMALL, cwd=tinyproj, env=env), str(entry), "writable by group or others")
+    entry.chmod(0o600)
+    os.chown(cache, 4242, 4242)          # a cache folder pre-created by someone else
+    _one_line_error(run_xisa("check", *SCALE_SMALL, cwd=tinyproj, env=env), str(cache), "another user (uid 4242)",
+                    "fix: point XISA_CACHE_DIR at a folder of your own")
+    _one_line_error(run_xisa("cache", "clear", cwd=tinyproj, env=env), str(cache), "another user")
+    assert entry.exists()                # refused, not emptied
+
+
+def _amdgcn_files(cache: Path) -> dict[Path, str]:
+    return {p: p.read_text() for p in (cache / "triton").rglob("*.amdgcn")}
+
+
+def test_no_cache_and_cache_clear_never_reuse_tritons_cache(run_xisa, tinyproj, tmp_path):
+    cache = tmp_path / "cache"
+    env = {"XISA_CACHE_DIR": str(cache)}
+    assert run_xisa("bless", *SCALE_SMALL, cwd=tinyproj, env=env).code == 0
+    (old,) = _amdgcn_files(cache).values()
+    source = tinyproj / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace("        y = x * factor\n", "        y = x * factor * factor\n"))
+    assert run_xisa("compile", *SCALE_SMALL, cwd=tinyproj, env=env).code == 0
+    (swapped,) = [path for path, text in _amdgcn_files(cache).items() if text != old]
+    swapped.write_text(old)              # the edited kernel's artifact replaced by the blessed one's
+    assert run_xisa("check", *SCALE_SMALL, "--no-cache", cwd=tinyproj, env=env).code == 1
+    cleared = run_xisa("cache", "clear", cwd=tinyproj, env=env)
+    assert cleared.code == 0 and sorted(p.name for p in cache.iterdir()) == []
+    assert run_xisa("check", *SCALE_SMALL, cwd=tinyproj, env=env).code == 1
+
+
+# --- item 12: a cache that cannot be written only costs speed -----------------------------------------
+
+def _full_disk(monkeypatch, folder: Path) -> None:
+    """Every rename into `folder` fails as on a full disk (the temp file is already written by then)."""
+    real = os.replace
+
+    def replace(src, dst, **kwargs):
+        if str(dst).startswith(str(folder)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        return real(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def test_result_and_timing_writes_on_a_full_disk_leave_nothing(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    _full_disk(monkeypatch, folder)
+    ResultCache(folder).put("ab" * 32, _sample_result(), {str(tmp_path): None})
+    assert not write_private(folder / "timings.json", "{}")
+    assert [p for p in folder.rglob("*") if p.is_file()] == []
+
+
+def test_tritons_cache_writes_fall_back_on_a_full_disk(tmp_path, monkeypatch):
+    primary, fallback = tmp_path / "cache", tmp_path / "fallback"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(primary))
+    _full_disk(monkeypatch, primary)
+    manager = triton_cache_class(str(fallback))("KEY")
+    path = manager.put(b"\x7fELF code", "k.hsaco")
+    group = manager.put_group("k.json", {"k.hsaco": path})
+    assert Path(path).read_bytes() == b"\x7fELF code" and Path(path).is_relative_to(fallback)
+    assert json.loads(Path(group).read_text()) == {"child_paths": {"k.hsaco": path}}
+    assert [p for p in primary.rglob("*") if p.name != "KEY"] == []   # no tmp.pid_* left behind
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path):
+    """A real file system with no free space, holding an empty cache folder (skipped where mount is denied)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        (disk / "cache").mkdir(mode=0o700)
+        fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        yield disk / "cache"
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_full_disk_in_the_cache_folder_only_costs_speed(run_xisa, tinyproj, full_tmpfs):
+    env = {"XISA_CACHE_DIR": str(full_tmpfs)}
+    for _ in range(2):
+        out = run_xisa("compile", *SCALE_SMALL, "--json", cwd=tinyproj, env=env)
+        assert out.code == 0, out.err
+        assert [c["status"] for c in json.loads(out.out)["cells"]] == ["ok"]
+    leftovers = [p for p in full_tmpfs.rglob("*") if p.name.startswith((".tmp-", "tmp.pid_"))]
+    assert leftovers == []

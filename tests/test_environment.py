@@ -1,0 +1,124 @@
+"""Every variable the installed Triton reads is refused, pinned or known harmless (issue 11, items 5 and 13).
+
+The tables live in `xisa/toolchain.py`; these tests walk the installed Triton, so a Triton upgrade
+that adds a knob fails here until the knob is classified.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import xisa.cli
+from xisa import toolchain
+from xisa.errors import ToolchainError
+from xisa.toolchain import (HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, check_environment, classified,
+                            triton_knob_variables)
+
+
+def test_every_knob_of_the_installed_triton_is_classified():
+    knobs = triton_knob_variables()
+    assert {"TRITON_CACHE_MANAGER", "TRITON_CUOBJDUMP_PATH", "TRITON_HIP_USE_COEXEC_SCHEDULER"} <= knobs
+    assert sorted(name for name in knobs if not classified(name)) == []
+    tables = [set(REFUSED_ENV), set(PINNED_ENV), set(HARMLESS_ENV)]
+    assert all(not (a & b) for i, a in enumerate(tables) for b in tables[i + 1:])   # one class per name
+
+
+def _libtriton_names() -> set[str]:
+    """Variable-like strings in libtriton's read-only data: candidates for what its C++ side reads."""
+    import triton
+
+    library = Path(triton.__file__).parent / "_C" / "libtriton.so"
+    with open(library, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        assert data[:5] == b"\x7fELF\x02"                     # ELF64, little-endian below
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+        def section(index):
+            name, _, _, _, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + index * shentsize)
+            return name, offset, size
+
+        _, names_at, _ = section(shstrndx)
+        for index in range(shnum):
+            name, offset, size = section(index)
+            if data[names_at + name:names_at + name + 8] == b".rodata\0":
+                found = re.findall(rb"(?<![A-Z0-9_])((?:TRITON|AMDGCN|MLIR|LLVM|NVPTX|DISABLE|ALLOW|USE_IR)_[A-Z0-9_]+)\0",
+                                   data[offset:offset + size])
+                return {n.decode() for n in found}
+    return set()
+
+
+def test_every_variable_tritons_compiler_keys_on_is_classified():
+    candidates = _libtriton_names() - set(REFUSED_ENV)      # refused ones load plugins: never set them here
+    assert "TRITON_HIP_USE_EXPERT_SCHEDULING" in candidates
+    probe = ("import json; from triton._C.libtriton import get_cache_invalidating_env_vars as read; "
+             "print(json.dumps(sorted(read())))")
+    env = {**os.environ, **{name: "0" for name in candidates}}
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    keyed = json.loads(proc.stdout)
+    assert "LLVM_EXTRACT_DI_LOCAL_VARIABLES" in keyed
+    assert sorted(name for name in keyed if not classified(name)) == []
+
+
+def test_refused_variables_need_no_triton_import():
+    for name in ("TRITON_CACHE_MANAGER", "TRITON_REMOTE_CACHE_BACKEND", "TRITON_PTXAS_PATH",
+                 "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH"):
+        with pytest.raises(ToolchainError, match=f"fix: unset {name}"):
+            check_environment({name: "/tmp/x"})
+    code = ("import sys; from xisa.toolchain import check_environment; check_environment({}); "
+            "print('triton' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+TOOL_VARIABLES = ["TRITON_CACHE_MANAGER", "TRITON_REMOTE_CACHE_BACKEND", "TRITON_CUOBJDUMP_PATH", "TRITON_PTXAS_PATH",
+                  "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_NVDISASM_PATH", "TRITON_LIBDEVICE_PATH"]
+
+
+def test_tool_and_cache_variables_are_refused_warm_and_cold(run_xisa, tinyproj):
+    selection = ("--arch", "gfx942", "--kernel", "scale:small")
+    assert run_xisa("bless", *selection, cwd=tinyproj).code == 0        # now cached
+    for name in TOOL_VARIABLES:
+        for extra in ((), ("--no-cache",)):
+            out = run_xisa("check", *selection, *extra, cwd=tinyproj, env={name: "mod:Cls" if "CACHE" in name
+                                                                            else "/tmp/wrapper"})
+            lines = [line for line in out.err.splitlines() if line.strip()]
+            assert out.code == 2 and len(lines) == 1, (name, extra, out.err)
+            assert f"{name} is set" in lines[0] and f"fix: unset {name}" in lines[0]
+
+
+def test_unclassified_triton_variable_is_refused_before_compiling(tinyproj, tmp_path, monkeypatch, capsys):
+    monkeypatch.delitem(HARMLESS_ENV, "TRITON_PRINT_AUTOTUNING")        # as if a new Triton had added it
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    monkeypatch.setenv("XISA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tinyproj)
+    before = dict(os.environ)
+    with pytest.raises(SystemExit) as info:
+        xisa.cli.main(["compile", "--no-cache", "--arch", "gfx942", "--kernel", "scale:small"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "TRITON_PRINT_AUTOTUNING is set: the installed Triton reads it" in err
+    assert "fix: unset TRITON_PRINT_AUTOTUNING" in err
+    assert dict(os.environ) == before                                   # refused before anything was pinned
+    assert toolchain.unclassified_environment({"TRITON_PRINT_AUTOTUNING": "1"}) == {"TRITON_PRINT_AUTOTUNING": "1"}
+
+
+@pytest.mark.parametrize("variable", ["TRITON_HIP_USE_COEXEC_SCHEDULER", "TRITON_HIP_USE_EXPERT_SCHEDULING",
+                                      "LLVM_EXTRACT_DI_LOCAL_VARIABLES"])
+def test_pinned_codegen_knobs_leave_the_result_unchanged(run_xisa, tinyproj, variable):
+    """Each changed gfx1100 or gfx1201 code (or broke the compile) before it was pinned."""
+    selection = ("--arch", "gfx1100", "--arch", "gfx1201", "--kernel", "scale:small", "--json")
+    plain = run_xisa("compile", *selection, cwd=tinyproj)
+    pinned = run_xisa("compile", *selection, "--no-cache", cwd=tinyproj, env={variable: "1"})
+    assert plain.code == pinned.code == 0, pinned.err
+    shas = lambda out: {c["target"]: c["sha256"] for c in json.loads(out.out)["cells"]}  # noqa: E731
+    assert shas(pinned) == shas(plain)
+    again = run_xisa("compile", *selection, cwd=tinyproj)                  # and the cache was not poisoned
+    assert shas(again) == shas(plain)
