@@ -259,9 +259,6 @@ def scaled(x, factor):
 """
 
 
-@pytest.mark.xfail(strict=True, reason="the result cache keys a kernel on the helpers it can find by file name; "
-                                       "a src-layout helper is found only by cache-trust's depfile (issue 11.3): "
-                                       "drop this marker when that branch is merged")
 def test_a_helper_outside_the_kernel_folders_is_seen_by_the_gate(run_xisa, tmp_path):
     """A src-layout helper (`src/mylib/helpers.py` on PYTHONPATH) edited in a PR: the gate answered the
     head's cells from the cache entries of main's compile (the example workflow restores them), and
