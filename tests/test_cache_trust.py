@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib.util
 import json
 import os
+import py_compile
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -85,6 +88,34 @@ def test_same_named_helpers_in_two_spec_folders_never_share_a_module(run_xisa, t
         assert verdicts["kb:c@gfx942"][0] == "changed" and verdicts["ka:c@gfx942"][0] == "same", jobs
 
 
+SETS_CODEGEN = {  # a kernel module that changes how Triton compiles, for every kernel after it in the process
+    "environment-variable": "import os\n\nos.environ['AMDGCN_USE_BUFFER_OPS'] = '0'",
+    "knob-set-in-code": "triton.knobs.amd.use_buffer_ops = False",
+}
+
+
+@pytest.mark.parametrize("setting", sorted(SETS_CODEGEN))
+def test_a_load_that_changes_how_triton_compiles_is_refused_and_undone(run_xisa, tmp_path, setting):
+    """ka's module turns buffer ops off at import; kb, compiled after it in the same worker (-j 1), compiled
+    with global loads: its verdict depended on the job count and order."""
+    redirect = tmp_path / "proj" / "elsewhere"
+    quiet = f"import os\n\nos.environ['TRITON_CACHE_DIR'] = {str(redirect)!r}\n" + SETS_CODEGEN[setting]
+    root = _write(tmp_path / "proj", {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels/ka", "kernels/kb"]\n',
+        "kernels/ka/k.py": KERNEL.format(imports=quiet + "\n\n\n@triton.jit\ndef f(x):\n    return x * 2.0"),
+        "kernels/ka/ka.yaml": SPEC.format(name="ka", where="source: k.py"),
+        "kernels/kb/common.py": HELPER, "kernels/kb/k.py": KERNEL.format(imports="from common import f"),
+        "kernels/kb/kb.yaml": SPEC.format(name="kb", where="source: k.py")})
+    out = run_xisa("compile", "--jobs", "1", "--no-cache", "--json", cwd=root, env={"XISA_CACHE_DIR": str(tmp_path / "c")})
+    assert out.code == 2, out.err
+    cells = {c["kernel"]: c for c in json.loads(out.out)["cells"]}
+    assert cells["ka"]["status"] == "error" and "AMDGCN_USE_BUFFER_OPS" in cells["ka"]["error"]
+    assert "kernels/ka/ka.yaml: source: " in cells["ka"]["error"] and "fix: " in cells["ka"]["error"]
+    assert cells["kb"]["status"] == "ok"
+    assert any(name.startswith("buffer_load") for name in cells["kb"]["histogram"]), cells["kb"]["histogram"]
+    assert not redirect.exists()         # the variable the load set was undone before anything compiled
+
+
 # --- item 3: the cache key covers every file the kernel's load imported -------------------------------
 
 def _src_layout(root: Path) -> dict[str, str]:
@@ -144,6 +175,108 @@ def test_warm_check_sees_an_edited_helper(run_xisa, tmp_path, layout):
     cold = run_xisa("check", "--jobs", "1", "--format", "json", "--no-cache", cwd=root, env=env)
     assert warm.code == cold.code == 1, warm.err
     assert _verdicts(warm) == _verdicts(cold) and _verdicts(warm)["k:c@gfx942"][0] == "changed"
+
+
+# What the compile used beyond the files its module imports: a table a constexpr function reads (outside
+# Triton's own cache key), a file read while compiling, an environment variable read at import.
+
+SCALED_KERNEL = """import triton
+import triton.language as tl
+{prelude}
+
+
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.load(x_ptr + r) * {scale})
+"""
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    path.write_text(path.read_text().replace(old, new))
+
+
+def _table_read_by_a_constexpr_function(root: Path) -> dict[str, str]:
+    prelude = ("from tables import TABLE\n\n\n@triton.constexpr_function\ndef scale():\n"
+               "    return TABLE[\"scale\"]")
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/tables.py": 'TABLE = {"scale": 2.0}\n',
+                  "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="scale()"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+def _edit_table(root: Path) -> dict[str, str]:
+    _replace(root / "kernels" / "tables.py", "2.0", "3.0")
+    return {}
+
+
+def _file_read_while_compiling(root: Path) -> dict[str, str]:
+    prelude = ("import json\nimport os\n\n\nclass Tuning:\n    def __init__(self):\n"
+               "        with open(os.path.join(os.path.dirname(__file__), 'tuning.json')) as handle:\n"
+               "            self.scale = json.load(handle)['scale']\n\n\n"
+               "@triton.constexpr_function\ndef scale():\n    return Tuning().scale")
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/tuning.json": '{"scale": 2.0}\n',
+                  "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="scale()"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+def _edit_tuning_file(root: Path) -> dict[str, str]:
+    _replace(root / "kernels" / "tuning.json", "2.0", "3.0")
+    return {}
+
+
+def _environment_read_at_import(root: Path) -> dict[str, str]:
+    prelude = "import os\n\nSCALE = tl.constexpr(float(os.environ.get('KERNEL_SCALE', '2.0')))"
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+                  "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="SCALE"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+def _set_the_variable(root: Path) -> dict[str, str]:
+    return {"KERNEL_SCALE": "3.0"}
+
+
+USED = {  # what the compile used -> (builder, the change: files edited, variables set for the checks)
+    "table-read-by-a-constexpr-function": (_table_read_by_a_constexpr_function, _edit_table),
+    "file-read-while-compiling": (_file_read_while_compiling, _edit_tuning_file),
+    "environment-variable-read-at-import": (_environment_read_at_import, _set_the_variable),
+}
+
+
+@pytest.mark.parametrize("used", sorted(USED))
+def test_warm_check_sees_a_change_to_what_the_compile_used(run_xisa, tmp_path, used):
+    build, change = USED[used]
+    root, cache = tmp_path / "proj", tmp_path / "cache"
+    env = {"XISA_CACHE_DIR": str(cache), **build(root)}
+    assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0   # results and Triton's cache now warm
+    env.update(change(root))
+    warm = run_xisa("check", "--jobs", "1", "--format", "json", cwd=root, env=env)
+    assert warm.code == 1 and _verdicts(warm)["k:c@gfx942"][0] == "changed", warm.err
+    shutil.rmtree(cache / "results")     # Triton's cache alone must not answer for the old files either
+    triton_only = run_xisa("check", "--jobs", "1", "--format", "json", cwd=root, env=env)
+    assert triton_only.code == 1 and _verdicts(triton_only) == _verdicts(warm), triton_only.err
+
+
+def test_an_edit_under_a_stale_bytecode_cache_is_compiled(run_xisa, tmp_path):
+    """A __pycache__ entry is trusted by its source's mtime and size: an edit that keeps both (a restored mtime,
+    a checkout in the same second) must still be what the kernel compiles with, even with --no-cache."""
+    root = _write(tmp_path / "proj", {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/consts.py": "import triton.language as tl\n\n"
+        "SCALE = tl.constexpr(2.0)\n", "kernels/k.py": SCALED_KERNEL.format(prelude="from consts import SCALE",
+                                                                          scale="SCALE"),
+        "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
+    assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0
+    consts = root / "kernels" / "consts.py"
+    py_compile.compile(str(consts), cfile=importlib.util.cache_from_source(str(consts)))   # as any import leaves it
+    before = consts.stat()
+    _replace(consts, "2.0", "3.0")
+    os.utime(consts, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert consts.stat().st_size == before.st_size
+    out = run_xisa("check", "--jobs", "1", "--no-cache", "--format", "json", cwd=root, env=env)
+    assert out.code == 1 and _verdicts(out)["k:c@gfx942"][0] == "changed", out.err
 
 
 def _sample_result() -> CellResult:
