@@ -279,6 +279,29 @@ def test_an_edit_under_a_stale_bytecode_cache_is_compiled(run_xisa, tmp_path):
     assert out.code == 1 and _verdicts(out)["k:c@gfx942"][0] == "changed", out.err
 
 
+def test_a_triton_from_outside_its_wheel_is_part_of_the_key(run_xisa, tmp_path):
+    """A Triton source checkout on PYTHONPATH in front of the installed wheel (whose RECORD says nothing of
+    the checkout's files): after an edit to it, a warm check must not answer from what it compiled before."""
+    import triton
+
+    checkout = tmp_path / "triton-src"
+    shutil.copytree(Path(triton.__file__).parent, checkout / "triton", copy_function=os.symlink,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    root = _write(tmp_path / "proj", {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+                                      "kernels/common.py": HELPER, "kernels/k.py": KERNEL.format(imports="from common import f"),
+                                      "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH")) if p)
+    env = {"XISA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": path}
+    assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0
+    compiler = checkout / "triton" / "backends" / "amd" / "compiler.py"
+    text = compiler.read_text()
+    assert "    num_warps: int = 4\n" in text
+    compiler.unlink()                     # the developer's edit: AMD kernels now default to 8 warps
+    compiler.write_text(text.replace("    num_warps: int = 4\n", "    num_warps: int = 8\n"))
+    out = run_xisa("check", "--jobs", "1", "--format", "json", cwd=root, env=env)
+    assert out.code == 1 and _verdicts(out)["k:c@gfx942"][0] == "changed", out.err
+
+
 def _sample_result() -> CellResult:
     from xisa.analyze.amdgcn import analyze_amdgcn
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -53,13 +54,14 @@ def xisa_identity() -> str:
 
 @lru_cache(maxsize=1)
 def toolchain_identity() -> str:
-    """The installed Triton build (its RECORD covers the bundled LLVM, lld and ptxas) and the installed
-    packages' versions (a kernel may import one), read without importing anything."""
+    """The installed Triton build (its RECORD covers the bundled LLVM, lld and ptxas), the files of a Triton
+    imported from elsewhere, and the installed packages' versions (a kernel may import one), read without
+    importing anything."""
     try:
         dist = metadata.distribution("triton")
     except metadata.PackageNotFoundError:
         return "none"
-    record = dist.read_text("RECORD") or ""
+    record = (dist.read_text("RECORD") or "") + _triton_outside_its_wheel(dist)
     installed = set()
     for folder in sys.path:
         try:
@@ -68,6 +70,25 @@ def toolchain_identity() -> str:
             continue
     packages = hashlib.sha256("\n".join(sorted(installed)).encode()).hexdigest()[:16]
     return f"{dist.version}:{hashlib.sha256(record.encode()).hexdigest()[:16]}:{packages}"
+
+
+def _triton_outside_its_wheel(dist) -> str:
+    """'' when `import triton` finds the files the wheel's RECORD lists; else (a source checkout on PYTHONPATH,
+    an editable install, whose RECORD says nothing of them) the path, size and mtime of each of its files."""
+    found = importlib.util.find_spec("triton")   # finds the package without importing it
+    origin = found.origin if found is not None else None
+    if origin is None or os.path.abspath(origin) == os.path.abspath(dist.locate_file("triton/__init__.py")):
+        return ""
+    lines = [os.path.abspath(origin)]
+    for folder, subfolders, files in os.walk(os.path.dirname(origin)):
+        subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
+        for name in sorted(files):
+            try:
+                info = os.stat(os.path.join(folder, name))
+            except OSError:
+                continue
+            lines.append(f"{os.path.join(folder, name)} {info.st_size} {info.st_mtime_ns}")
+    return "\n".join(lines)
 
 
 def cell_key(cell: Cell, roots: tuple[Path, ...]) -> str:
