@@ -238,7 +238,24 @@ def _set_the_variable(root: Path) -> dict[str, str]:
     return {"KERNEL_SCALE": "3.0"}
 
 
+def _file_assembled_by_inline_asm(root: Path) -> dict[str, str]:
+    prelude = ("import os\n\nINCLUDE = tl.constexpr('.include \"' + os.path.join(os.path.dirname(os.path.abspath("
+               "__file__)), 'extra.s') + '\"')\n\n\n@triton.jit\ndef nops(x):\n"
+               "    return tl.inline_asm_elementwise(INCLUDE + '\\nv_mov_b32 $0, $1', '=v,v', [x], dtype=tl.float32, "
+               "is_pure=True, pack=1)")
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/extra.s": "s_nop 0\n",
+                  "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="0.0 + nops(tl.load(x_ptr + r))"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+def _edit_assembled_file(root: Path) -> dict[str, str]:
+    (root / "kernels" / "extra.s").write_text("s_nop 0\ns_nop 1\n")
+    return {}
+
+
 USED = {  # what the compile used -> (builder, the change: files edited, variables set for the checks)
+    "file-assembled-by-inline-asm": (_file_assembled_by_inline_asm, _edit_assembled_file),
     "table-read-by-a-constexpr-function": (_table_read_by_a_constexpr_function, _edit_table),
     "file-read-while-compiling": (_file_read_while_compiling, _edit_tuning_file),
     "environment-variable-read-at-import": (_environment_read_at_import, _set_the_variable),

@@ -413,6 +413,12 @@ def compile_reads() -> dict[str, str | None]:
         _READS = recording
 
 
+def note_compile_reads(paths: list[str]) -> None:
+    """Files the compile under way reads outside Python (the assembler's `.include`), from the working folder."""
+    if _COMPILING is not None:
+        _COMPILING.reads.extend(os.path.abspath(path) for path in paths)
+
+
 def reused_compile_reads(reads: dict[str, str | None]) -> None:
     """A Triton cache entry the compile under way reused: what its own compile read counts as read now."""
     if _COMPILING is not None:

@@ -27,7 +27,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from xisa.bind import compile_reads, dependency_digest, load_digest, reused_compile_reads
+from xisa.analyze.amdgcn import assembled_files
+from xisa.bind import (compile_reads, dependency_digest, load_digest, note_compile_reads,
+                       reused_compile_reads)
 from xisa.errors import ToolchainError
 from xisa.result import CellResult
 from xisa.spec import Cell
@@ -337,6 +339,8 @@ def triton_cache_class(fallback: str):
             return super().put_group(filename, group)
 
         def put(self, data, filename, binary=True) -> str:
+            if filename.endswith(".amdgcn") and isinstance(data, str):   # the assembler reads these next
+                note_compile_reads(assembled_files(data))
             try:
                 return super().put(data, filename, binary)
             except OSError:
