@@ -459,6 +459,23 @@ def test_tritons_cache_writes_fall_back_on_a_full_disk(tmp_path, monkeypatch):
     assert [p for p in primary.rglob("*") if p.name != "KEY"] == []   # no tmp.pid_* left behind
 
 
+def test_a_signal_during_a_cache_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    """SIGTERM/SIGHUP/SIGINT unwind as KeyboardInterrupt: one that lands between a cache entry's temp file and
+    its rename left `.tmp-*.json` behind in results/ (only OSError was cleaned up)."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+
+    def interrupted(src, dst, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ResultCache(folder).put("ab" * 32, _sample_result(), {str(tmp_path): None})
+    with pytest.raises(KeyboardInterrupt):
+        write_private(folder / "timings.json", "{}")
+    assert [p for p in folder.rglob("*") if p.is_file()] == []
+
+
 @pytest.fixture
 def full_tmpfs(tmp_path):
     """A real file system with no free space, holding an empty cache folder (skipped where mount is denied)."""

@@ -264,12 +264,14 @@ def write_private(path: Path, text: str) -> bool:
             handle.write(text)
         os.replace(tmp, path)
         return True
-    except OSError:
+    except BaseException as exc:   # a full disk, or a signal unwinding the run: no temp file left either way
         if tmp is not None:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+        if not isinstance(exc, OSError):
+            raise
         return False  # a cache that cannot be written only costs speed
 
 
