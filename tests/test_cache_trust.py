@@ -88,6 +88,34 @@ def test_same_named_helpers_in_two_spec_folders_never_share_a_module(run_xisa, t
         assert verdicts["kb:c@gfx942"][0] == "changed" and verdicts["ka:c@gfx942"][0] == "same", jobs
 
 
+SELF_REPLACING = """import sys
+
+import triton.language as tl
+
+
+class _Config:
+    SCALE = tl.constexpr({scale})
+
+
+sys.modules[__name__] = _Config()   # the module-level-attributes idiom: the module is an object now
+"""
+
+
+def test_a_helper_that_replaces_itself_in_sys_modules_is_not_shared(run_xisa, tmp_path):
+    """ka/cfg.py and kb/cfg.py each put an object in sys.modules in their place: not a module, so it stayed
+    after ka's load and kb's `from cfg import SCALE` got ka's (with -j 1; -j 2 was right)."""
+    files = {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels/ka", "kernels/kb"]\n'}
+    for name, scale in (("ka", "2.0"), ("kb", "3.0")):
+        files[f"kernels/{name}/cfg.py"] = SELF_REPLACING.format(scale=scale)
+        files[f"kernels/{name}/k.py"] = SCALED_KERNEL.format(prelude="from cfg import SCALE", scale="SCALE")
+        files[f"kernels/{name}/{name}.yaml"] = SPEC.format(name=name, where="source: k.py")
+    root = _write(tmp_path / "proj", files)
+    out = run_xisa("compile", "--jobs", "1", "--no-cache", "--json", cwd=root, env={"XISA_CACHE_DIR": str(tmp_path / "c")})
+    assert out.code == 0, out.err
+    cells = {c["kernel"]: c for c in json.loads(out.out)["cells"]}
+    assert cells["ka"]["sha256"] != cells["kb"]["sha256"]   # x * 2.0 and x * 3.0
+
+
 SETS_CODEGEN = {  # a kernel module that changes how Triton compiles, for every kernel after it in the process
     "environment-variable": "import os\n\nos.environ['AMDGCN_USE_BUFFER_OPS'] = '0'",
     "knob-set-in-code": "triton.knobs.amd.use_buffer_ops = False",

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import sys
+import types
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,7 +237,8 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
     finally:
         _READS, _ENV_READS = None, None
         for name in set(sys.modules) - before:
-            if _is_project_module(name, sys.modules[name]):
+            added = sys.modules[name]   # an object put there in a module's place (`sys.modules[__name__] = ...`) too
+            if _is_project_module(name, added) or not isinstance(added, types.ModuleType):
                 del sys.modules[name]
         sys.modules.update(set_aside)
         sys.path[:] = saved_path
