@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib.util
 import json
 import os
+import py_compile
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -85,6 +88,62 @@ def test_same_named_helpers_in_two_spec_folders_never_share_a_module(run_xisa, t
         assert verdicts["kb:c@gfx942"][0] == "changed" and verdicts["ka:c@gfx942"][0] == "same", jobs
 
 
+SELF_REPLACING = """import sys
+
+import triton.language as tl
+
+
+class _Config:
+    SCALE = tl.constexpr({scale})
+
+
+sys.modules[__name__] = _Config()   # the module-level-attributes idiom: the module is an object now
+"""
+
+
+def test_a_helper_that_replaces_itself_in_sys_modules_is_not_shared(run_xisa, tmp_path):
+    """ka/cfg.py and kb/cfg.py each put an object in sys.modules in their place: not a module, so it stayed
+    after ka's load and kb's `from cfg import SCALE` got ka's (with -j 1; -j 2 was right)."""
+    files = {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels/ka", "kernels/kb"]\n'}
+    for name, scale in (("ka", "2.0"), ("kb", "3.0")):
+        files[f"kernels/{name}/cfg.py"] = SELF_REPLACING.format(scale=scale)
+        files[f"kernels/{name}/k.py"] = SCALED_KERNEL.format(prelude="from cfg import SCALE", scale="SCALE")
+        files[f"kernels/{name}/{name}.yaml"] = SPEC.format(name=name, where="source: k.py")
+    root = _write(tmp_path / "proj", files)
+    out = run_xisa("compile", "--jobs", "1", "--no-cache", "--json", cwd=root, env={"XISA_CACHE_DIR": str(tmp_path / "c")})
+    assert out.code == 0, out.err
+    cells = {c["kernel"]: c for c in json.loads(out.out)["cells"]}
+    assert cells["ka"]["sha256"] != cells["kb"]["sha256"]   # x * 2.0 and x * 3.0
+
+
+SETS_CODEGEN = {  # a kernel module that changes how Triton compiles, for every kernel after it in the process
+    "environment-variable": "import os\n\nos.environ['AMDGCN_USE_BUFFER_OPS'] = '0'",
+    "knob-set-in-code": "triton.knobs.amd.use_buffer_ops = False",
+}
+
+
+@pytest.mark.parametrize("setting", sorted(SETS_CODEGEN))
+def test_a_load_that_changes_how_triton_compiles_is_refused_and_undone(run_xisa, tmp_path, setting):
+    """ka's module turns buffer ops off at import; kb, compiled after it in the same worker (-j 1), compiled
+    with global loads: its verdict depended on the job count and order."""
+    redirect = tmp_path / "proj" / "elsewhere"
+    quiet = f"import os\n\nos.environ['TRITON_CACHE_DIR'] = {str(redirect)!r}\n" + SETS_CODEGEN[setting]
+    root = _write(tmp_path / "proj", {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels/ka", "kernels/kb"]\n',
+        "kernels/ka/k.py": KERNEL.format(imports=quiet + "\n\n\n@triton.jit\ndef f(x):\n    return x * 2.0"),
+        "kernels/ka/ka.yaml": SPEC.format(name="ka", where="source: k.py"),
+        "kernels/kb/common.py": HELPER, "kernels/kb/k.py": KERNEL.format(imports="from common import f"),
+        "kernels/kb/kb.yaml": SPEC.format(name="kb", where="source: k.py")})
+    out = run_xisa("compile", "--jobs", "1", "--no-cache", "--json", cwd=root, env={"XISA_CACHE_DIR": str(tmp_path / "c")})
+    assert out.code == 2, out.err
+    cells = {c["kernel"]: c for c in json.loads(out.out)["cells"]}
+    assert cells["ka"]["status"] == "error" and "AMDGCN_USE_BUFFER_OPS" in cells["ka"]["error"]
+    assert "kernels/ka/ka.yaml: source: " in cells["ka"]["error"] and "fix: " in cells["ka"]["error"]
+    assert cells["kb"]["status"] == "ok"
+    assert any(name.startswith("buffer_load") for name in cells["kb"]["histogram"]), cells["kb"]["histogram"]
+    assert not redirect.exists()         # the variable the load set was undone before anything compiled
+
+
 # --- item 3: the cache key covers every file the kernel's load imported -------------------------------
 
 def _src_layout(root: Path) -> dict[str, str]:
@@ -144,6 +203,148 @@ def test_warm_check_sees_an_edited_helper(run_xisa, tmp_path, layout):
     cold = run_xisa("check", "--jobs", "1", "--format", "json", "--no-cache", cwd=root, env=env)
     assert warm.code == cold.code == 1, warm.err
     assert _verdicts(warm) == _verdicts(cold) and _verdicts(warm)["k:c@gfx942"][0] == "changed"
+
+
+# What the compile used beyond the files its module imports: a table a constexpr function reads (outside
+# Triton's own cache key), a file read while compiling, an environment variable read at import.
+
+SCALED_KERNEL = """import triton
+import triton.language as tl
+{prelude}
+
+
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.load(x_ptr + r) * {scale})
+"""
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    path.write_text(path.read_text().replace(old, new))
+
+
+def _table_read_by_a_constexpr_function(root: Path) -> dict[str, str]:
+    prelude = ("from tables import TABLE\n\n\n@triton.constexpr_function\ndef scale():\n"
+               "    return TABLE[\"scale\"]")
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/tables.py": 'TABLE = {"scale": 2.0}\n',
+                  "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="scale()"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+def _edit_table(root: Path) -> dict[str, str]:
+    _replace(root / "kernels" / "tables.py", "2.0", "3.0")
+    return {}
+
+
+def _file_read_while_compiling(root: Path) -> dict[str, str]:
+    prelude = ("import json\nimport os\n\n\nclass Tuning:\n    def __init__(self):\n"
+               "        with open(os.path.join(os.path.dirname(__file__), 'tuning.json')) as handle:\n"
+               "            self.scale = json.load(handle)['scale']\n\n\n"
+               "@triton.constexpr_function\ndef scale():\n    return Tuning().scale")
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/tuning.json": '{"scale": 2.0}\n',
+                  "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="scale()"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+def _edit_tuning_file(root: Path) -> dict[str, str]:
+    _replace(root / "kernels" / "tuning.json", "2.0", "3.0")
+    return {}
+
+
+def _environment_read_at_import(root: Path) -> dict[str, str]:
+    prelude = "import os\n\nSCALE = tl.constexpr(float(os.environ.get('KERNEL_SCALE', '2.0')))"
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+                  "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="SCALE"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+def _set_the_variable(root: Path) -> dict[str, str]:
+    return {"KERNEL_SCALE": "3.0"}
+
+
+def _file_assembled_by_inline_asm(root: Path) -> dict[str, str]:
+    prelude = ("import os\n\nINCLUDE = tl.constexpr('.include \"' + os.path.join(os.path.dirname(os.path.abspath("
+               "__file__)), 'extra.s') + '\"')\n\n\n@triton.jit\ndef nops(x):\n"
+               "    return tl.inline_asm_elementwise(INCLUDE + '\\nv_mov_b32 $0, $1', '=v,v', [x], dtype=tl.float32, "
+               "is_pure=True, pack=1)")
+    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/extra.s": "s_nop 0\n",
+                  "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="0.0 + nops(tl.load(x_ptr + r))"),
+                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    return {}
+
+
+def _edit_assembled_file(root: Path) -> dict[str, str]:
+    (root / "kernels" / "extra.s").write_text("s_nop 0\ns_nop 1\n")
+    return {}
+
+
+USED = {  # what the compile used -> (builder, the change: files edited, variables set for the checks)
+    "file-assembled-by-inline-asm": (_file_assembled_by_inline_asm, _edit_assembled_file),
+    "table-read-by-a-constexpr-function": (_table_read_by_a_constexpr_function, _edit_table),
+    "file-read-while-compiling": (_file_read_while_compiling, _edit_tuning_file),
+    "environment-variable-read-at-import": (_environment_read_at_import, _set_the_variable),
+}
+
+
+@pytest.mark.parametrize("used", sorted(USED))
+def test_warm_check_sees_a_change_to_what_the_compile_used(run_xisa, tmp_path, used):
+    build, change = USED[used]
+    root, cache = tmp_path / "proj", tmp_path / "cache"
+    env = {"XISA_CACHE_DIR": str(cache), **build(root)}
+    assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0   # results and Triton's cache now warm
+    env.update(change(root))
+    warm = run_xisa("check", "--jobs", "1", "--format", "json", cwd=root, env=env)
+    assert warm.code == 1 and _verdicts(warm)["k:c@gfx942"][0] == "changed", warm.err
+    shutil.rmtree(cache / "results")     # Triton's cache alone must not answer for the old files either
+    triton_only = run_xisa("check", "--jobs", "1", "--format", "json", cwd=root, env=env)
+    assert triton_only.code == 1 and _verdicts(triton_only) == _verdicts(warm), triton_only.err
+
+
+def test_an_edit_under_a_stale_bytecode_cache_is_compiled(run_xisa, tmp_path):
+    """A __pycache__ entry is trusted by its source's mtime and size: an edit that keeps both (a restored mtime,
+    a checkout in the same second) must still be what the kernel compiles with, even with --no-cache."""
+    root = _write(tmp_path / "proj", {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/consts.py": "import triton.language as tl\n\n"
+        "SCALE = tl.constexpr(2.0)\n", "kernels/k.py": SCALED_KERNEL.format(prelude="from consts import SCALE",
+                                                                          scale="SCALE"),
+        "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
+    assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0
+    consts = root / "kernels" / "consts.py"
+    py_compile.compile(str(consts), cfile=importlib.util.cache_from_source(str(consts)))   # as any import leaves it
+    before = consts.stat()
+    _replace(consts, "2.0", "3.0")
+    os.utime(consts, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert consts.stat().st_size == before.st_size
+    out = run_xisa("check", "--jobs", "1", "--no-cache", "--format", "json", cwd=root, env=env)
+    assert out.code == 1 and _verdicts(out)["k:c@gfx942"][0] == "changed", out.err
+
+
+def test_a_triton_from_outside_its_wheel_is_part_of_the_key(run_xisa, tmp_path):
+    """A Triton source checkout on PYTHONPATH in front of the installed wheel (whose RECORD says nothing of
+    the checkout's files): after an edit to it, a warm check must not answer from what it compiled before."""
+    import triton
+
+    checkout = tmp_path / "triton-src"
+    shutil.copytree(Path(triton.__file__).parent, checkout / "triton", copy_function=os.symlink,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    root = _write(tmp_path / "proj", {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+                                      "kernels/common.py": HELPER, "kernels/k.py": KERNEL.format(imports="from common import f"),
+                                      "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+    path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH")) if p)
+    env = {"XISA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": path}
+    assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0
+    compiler = checkout / "triton" / "backends" / "amd" / "compiler.py"
+    text = compiler.read_text()
+    assert "    num_warps: int = 4\n" in text
+    compiler.unlink()                     # the developer's edit: AMD kernels now default to 8 warps
+    compiler.write_text(text.replace("    num_warps: int = 4\n", "    num_warps: int = 8\n"))
+    out = run_xisa("check", "--jobs", "1", "--format", "json", cwd=root, env=env)
+    assert out.code == 1 and _verdicts(out)["k:c@gfx942"][0] == "changed", out.err
 
 
 def _sample_result() -> CellResult:
@@ -284,6 +485,23 @@ def test_tritons_cache_writes_fall_back_on_a_full_disk(tmp_path, monkeypatch):
     assert Path(path).read_bytes() == b"\x7fELF code" and Path(path).is_relative_to(fallback)
     assert json.loads(Path(group).read_text()) == {"child_paths": {"k.hsaco": path}}
     assert [p for p in primary.rglob("*") if p.name != "KEY"] == []   # no tmp.pid_* left behind
+
+
+def test_a_signal_during_a_cache_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    """SIGTERM/SIGHUP/SIGINT unwind as KeyboardInterrupt: one that lands between a cache entry's temp file and
+    its rename left `.tmp-*.json` behind in results/ (only OSError was cleaned up)."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+
+    def interrupted(src, dst, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ResultCache(folder).put("ab" * 32, _sample_result(), {str(tmp_path): None})
+    with pytest.raises(KeyboardInterrupt):
+        write_private(folder / "timings.json", "{}")
+    assert [p for p in folder.rglob("*") if p.is_file()] == []
 
 
 @pytest.fixture

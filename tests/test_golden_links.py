@@ -114,3 +114,18 @@ def test_cli_refuses_a_golden_linked_outside_the_project(run_xisa, tinyproj, tmp
         out = run_xisa(command, "--arch", "gfx942", cwd=tinyproj)
         assert_one_line_error(out, f"{shown}: is a link (to {outside}", "fix: replace the link")
         assert snapshot(outside) == before, command
+
+
+@pytest.mark.parametrize("command", ["bless", "check"])
+def test_a_link_on_the_way_to_the_golden_folder_is_refused(run_xisa, tinyproj, tmp_path, command):
+    """`[tool.xisa] golden = "data/golden"` with `data` a committed link leading out of the project: bless
+    wrote its goldens there and deleted the golden-shaped files it found as unused."""
+    outside = tmp_path / "outside"
+    shutil.copytree(_outside(tmp_path), outside / "golden" / "oldkernel")
+    (tinyproj / "data").symlink_to(outside)
+    config = tinyproj / "pyproject.toml"
+    config.write_text(config.read_text().replace('golden = "golden"', 'golden = "data/golden"'))
+    before = snapshot(outside)
+    out = run_xisa(command, "--arch", "gfx942", cwd=tinyproj)
+    assert_one_line_error(out, f"data: is a link (to {outside}", "fix: replace the link")
+    assert snapshot(outside) == before

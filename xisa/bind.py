@@ -8,19 +8,24 @@ would, and hand them to the binder that `JITFunction.run` uses.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
 import sys
-from dataclasses import dataclass
+import types
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from xisa.errors import BindError, SpecError
 from xisa.spec import Cell, KernelSpec
+from xisa.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, toolchain_variable
 
 TWO_GIB = 2**31 - 1  # the AMD backend's bound for tt.pointer_range 32
 
@@ -160,15 +165,17 @@ def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
 
 
 def kernel_dependencies(spec: KernelSpec) -> dict[str, str | None] | None:
-    """The files the load of `spec`'s module imported -> SHA-256 (None: must stay absent); None if not loaded."""
+    """What compiling `spec`'s kernel used -> SHA-256 (None: must stay absent), or None if not loaded: the files
+    and environment variables (`$NAME`) its module's load read, and the project files its compiles read."""
     loaded = _LOADED.get(_load_key(spec))
-    return dict(loaded.dependencies) if loaded is not None else None
+    return {**loaded.dependencies, **loaded.compile_reads} if loaded is not None else None
 
 
 @dataclass
 class _LoadedModule:
     module: Any
-    dependencies: dict[str, str | None]
+    dependencies: dict[str, str | None]     # what the load read: files, and `$NAME` for a variable
+    compile_reads: dict[str, str | None] = field(default_factory=dict)   # files its compiles read, so far
 
 
 # Per process: a forked compile worker loads each spec's module once, however many cells it compiles.
@@ -178,6 +185,17 @@ _LOADED: dict[tuple, _LoadedModule] = {}
 _SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
 # Always the environment, wherever they are installed from (an editable Triton is still the toolchain).
 _ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
+_XISA_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+# A depfile entry `$NAME` stands for the environment variable NAME (a path is always absolute).
+ENVIRONMENT_ENTRY = "$"
+
+
+def dependency_digest(name: str) -> str | None:
+    """A depfile entry's SHA-256 now: a file's bytes, or a `$NAME` variable's value; None when absent."""
+    if name.startswith(ENVIRONMENT_ENTRY):
+        value = os.environ.get(name[len(ENVIRONMENT_ENTRY):])
+        return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+    return file_sha256(name)
 
 
 def _load_key(spec: KernelSpec) -> tuple:
@@ -185,37 +203,147 @@ def _load_key(spec: KernelSpec) -> tuple:
 
 
 def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
-    """Import the kernel module with no project module of an earlier load in sight, and record what it imported.
+    """Import the kernel module with no project module of an earlier load in sight, record what it read, and
+    undo what it changed in the process.
 
     A long-lived worker would otherwise keep the first `common` it imported and hand it to every later
     kernel doing `from common import f`, whatever folder that kernel is in. So the project's modules
     (everything outside the standard library and installed packages) are set aside during the load,
     the ones the load added are dropped after it (the kernel keeps references to what it uses), and
-    sys.path is restored. The kernel module itself stays registered for the on-device checks.
+    sys.path is restored. So are the environment and Triton's knobs: a module that set one would change
+    how every later kernel in the worker compiles; one that changes compilation is refused. Project
+    modules are compiled from their source, never from a __pycache__ entry (trusted by mtime and size,
+    so an edit that keeps both would run the old code). The kernel module itself stays registered for
+    the on-device checks.
     """
-    global _READS
+    global _READS, _ENV_READS
     if not _READS_HOOKED:
         _hook_reads()
     saved_path = list(sys.path)
+    saved_environ, saved_knobs = dict(os.environ), _knob_settings()
     set_aside = {name: module for name, module in list(sys.modules.items()) if _is_project_module(name, module)}
     for name in set_aside:
         del sys.modules[name]
     before = set(sys.modules)
-    _READS = reads = []
+    _READS, _ENV_READS = reads, variables = [], set()
     try:
-        module = _import_kernel_module(spec, roots)
-        _READS = None  # hashing the files below reads them too
+        with _watched_environment(), _from_source():
+            module = _import_kernel_module(spec, roots)
+        _READS, _ENV_READS = None, None  # hashing the files below reads them too
         added = {name: sys.modules[name] for name in set(sys.modules) - before}
         dependencies = _dependency_files(added, reads)
+        dependencies.update({ENVIRONMENT_ENTRY + name: dependency_digest(ENVIRONMENT_ENTRY + name)
+                             for name in sorted(variables) if not toolchain_variable(name)})
     finally:
-        _READS = None
+        _READS, _ENV_READS = None, None
         for name in set(sys.modules) - before:
-            if _is_project_module(name, sys.modules[name]):
+            added = sys.modules[name]   # an object put there in a module's place (`sys.modules[__name__] = ...`) too
+            if _is_project_module(name, added) or not isinstance(added, types.ModuleType):
                 del sys.modules[name]
         sys.modules.update(set_aside)
         sys.path[:] = saved_path
+        changed = _restore_process(saved_environ, saved_knobs)
+    if changed:
+        raise SpecError(f"loading {spec.source_file.name if spec.source_file else spec.module} set {changed}: it "
+                        "changes how Triton compiles this kernel and every later one in the process, so a result "
+                        "would depend on which kernel loaded first", path=spec.spec_path,
+                        field="source" if spec.source_file else "module",
+                        fix="remove the setting from the module (xisa compiles every kernel as a default launch)")
     sys.modules[module.__name__] = module
-    return _LoadedModule(module=module, dependencies=dependencies)
+    return _LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())))
+
+
+@contextlib.contextmanager
+def _from_source() -> Iterator[None]:
+    """Compile the modules a load imports from source and write no bytecode: no __pycache__ is found under a
+    prefix below os.devnull, which is never a folder."""
+    saved = sys.dont_write_bytecode, sys.pycache_prefix
+    sys.dont_write_bytecode, sys.pycache_prefix = True, os.path.join(os.devnull, "xisa")
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode, sys.pycache_prefix = saved
+
+
+# Variables read through os.environ while a kernel module loads (None: no load under way).
+_ENV_READS: set[str] | None = None
+
+
+class _WatchedEnvironment(MutableMapping):
+    """os.environ while a kernel module loads: the same variables, each name read noted (a module sizing a kernel
+    from `os.environ.get("BLOCK")` depends on it). A module that kept it keeps a working os.environ."""
+
+    def __init__(self, environ):
+        self._environ = environ
+
+    def __getitem__(self, name):
+        if _ENV_READS is not None and isinstance(name, str):
+            _ENV_READS.add(name)
+        return self._environ[name]
+
+    def __setitem__(self, name, value):
+        self._environ[name] = value
+
+    def __delitem__(self, name):
+        del self._environ[name]
+
+    def __iter__(self):
+        return iter(self._environ)
+
+    def __len__(self):
+        return len(self._environ)
+
+    def copy(self) -> dict[str, str]:
+        return self._environ.copy()
+
+    def __or__(self, other):
+        return self._environ | other
+
+
+@contextlib.contextmanager
+def _watched_environment() -> Iterator[None]:
+    real = os.environ
+    os.environ = _WatchedEnvironment(real)   # os.getenv reads the module's `environ` too
+    try:
+        yield
+    finally:
+        os.environ = real
+
+
+def _knob_settings() -> dict[str, dict[str, Any]]:
+    """Triton's knobs as code has set them: each group's own attributes (an unset knob reads the environment)."""
+    from triton import knobs
+
+    return {name: dict(vars(group)) for name, group in vars(knobs).items() if isinstance(group, knobs.base_knobs)}
+
+
+def _restore_process(environ: dict[str, str], knob_settings: dict[str, dict[str, Any]]) -> str | None:
+    """Put the environment and Triton's knobs back as they were; the first change that alters compilation, named."""
+    from triton import knobs
+
+    changed: list[str] = []
+    for name in sorted(set(os.environ) | set(environ)):
+        if os.environ.get(name) != environ.get(name):
+            if changes_compilation(name):
+                changed.append(name)
+            if name in environ:
+                os.environ[name] = environ[name]
+            else:
+                del os.environ[name]
+    for group_name, saved in knob_settings.items():
+        group = getattr(knobs, group_name)
+        settings = vars(group)
+        for attribute in sorted(set(settings) | set(saved)):
+            now, before = settings.get(attribute, saved), saved.get(attribute, saved)
+            if now is before or (now is not saved and before is not saved and now == before):
+                continue
+            descriptor = group.knob_descriptors.get(attribute)
+            variable = getattr(descriptor, "key", None)
+            if changes_compilation(variable) if variable else attribute not in HARMLESS_KNOB_ATTRIBUTES:
+                changed.append(f"triton.knobs.{group_name}.{attribute}" + (f" ({variable})" if variable else ""))
+        settings.clear()
+        settings.update(saved)
+    return changed[0] if changed else None
 
 
 # Files opened for reading while a kernel module loads (None: no load under way). An audit hook sees
@@ -234,8 +362,76 @@ def _hook_reads() -> None:
                     and flags & os.O_ACCMODE == os.O_RDONLY:
                 _READS.append(os.fsdecode(os.fspath(path)))
 
-    sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load
+    sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load or a compile
     _READS_HOOKED = True
+
+
+@dataclass
+class _Compile:
+    loaded: _LoadedModule
+    reads: list[str]                  # every file opened for reading so far
+    reused: dict[str, str | None]     # what the compiles behind a Triton cache entry it reused read
+
+
+# The compile under way in this process (None: none), and the folders whose files it reads as its own
+# output (Triton's cache), never a dependency.
+_COMPILING: _Compile | None = None
+_OUTPUT_FOLDERS: tuple[str, ...] = ()
+
+
+def ignore_reads_under(*folders: str) -> None:
+    global _OUTPUT_FOLDERS
+    _OUTPUT_FOLDERS = tuple(os.path.join(os.path.abspath(folder), "") for folder in folders if folder)
+
+
+@contextlib.contextmanager
+def compiling(spec: KernelSpec) -> Iterator[None]:
+    """Record the project files a compile of `spec`'s loaded kernel reads (a table that a constexpr function
+    opens when it runs, not when its module loads) into the module's dependencies."""
+    global _READS, _COMPILING
+    if not _READS_HOOKED:
+        _hook_reads()
+    loaded = _LOADED[_load_key(spec)]
+    _COMPILING = _Compile(loaded, [], {})
+    _READS = _COMPILING.reads
+    try:
+        yield
+    finally:
+        loaded.compile_reads.update(compile_reads())
+        _READS, _COMPILING = None, None
+
+
+def compile_reads() -> dict[str, str | None]:
+    """The project files the compile under way has read so far -> SHA-256, with those of a cache entry it reused."""
+    global _READS
+    if _COMPILING is None:
+        return {}
+    recording, _READS = _READS, None  # hashing reads the files too
+    try:
+        paths = [path for path in _COMPILING.reads
+                 if not os.path.abspath(path).startswith((*_OUTPUT_FOLDERS, _XISA_FOLDER))]
+        return {**_dependency_files({}, paths), **_COMPILING.reused}
+    finally:
+        _READS = recording
+
+
+def note_compile_reads(paths: list[str]) -> None:
+    """Files the compile under way reads outside Python (the assembler's `.include`), from the working folder."""
+    if _COMPILING is not None:
+        _COMPILING.reads.extend(os.path.abspath(path) for path in paths)
+
+
+def reused_compile_reads(reads: dict[str, str | None]) -> None:
+    """A Triton cache entry the compile under way reused: what its own compile read counts as read now."""
+    if _COMPILING is not None:
+        _COMPILING.reused.update(reads)
+
+
+def load_digest() -> str:
+    """One digest of what the load of the kernel now compiling read (files, variables); '' outside a compile."""
+    if _COMPILING is None:
+        return ""
+    return hashlib.sha256(json.dumps(_COMPILING.loaded.dependencies, sort_keys=True).encode()).hexdigest()
 
 
 def _import_kernel_module(spec: KernelSpec, roots: list[Path]):

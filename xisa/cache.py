@@ -2,16 +2,20 @@
 
 An unchanged cell is answered from here without importing Triton. The key names the cell, its spec
 and kernel files, the toolchain, the pinned environment and xisa's own code; each entry also
-carries a depfile: every project file the compile's kernel load imported or read, with its SHA-256, as
+carries a depfile: every project file the compile's kernel load imported or read, every environment
+variable it read (`$NAME`), and every project file the compile itself read, with their SHA-256, as
 recorded by the worker (`xisa.bind.kernel_dependencies`). An entry whose depfile no longer matches
-the files is a miss (as ccache's manifests). A corrupt entry is a miss; an entry or folder that
-another user owns or could have written is refused: its results could be forged.
+is a miss (as ccache's manifests). Triton's own cache, behind it, is keyed on the kernel's source:
+its entries are salted with what the load read and carry what their compile read, so a miss here is
+never answered there from old files. A corrupt entry is a miss; an entry or folder that another
+user owns or could have written is refused: its results could be forged.
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +27,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from xisa.bind import file_sha256
+from xisa.analyze.amdgcn import assembled_files
+from xisa.bind import (compile_reads, dependency_digest, load_digest, note_compile_reads,
+                       reused_compile_reads)
 from xisa.errors import ToolchainError
 from xisa.result import CellResult
 from xisa.spec import Cell
@@ -33,6 +39,7 @@ CACHE_FORMAT = 2
 RESULTS = "results"
 TRITON = "triton"      # Triton's own cache, private to xisa
 TIMINGS = "timings.json"
+TRITON_ENTRY_READS = "xisa-reads.json"   # in each Triton cache entry: the files its compile read
 
 
 @lru_cache(maxsize=1)
@@ -49,13 +56,14 @@ def xisa_identity() -> str:
 
 @lru_cache(maxsize=1)
 def toolchain_identity() -> str:
-    """The installed Triton build (its RECORD covers the bundled LLVM, lld and ptxas) and the installed
-    packages' versions (a kernel may import one), read without importing anything."""
+    """The installed Triton build (its RECORD covers the bundled LLVM, lld and ptxas), the files of a Triton
+    imported from elsewhere, and the installed packages' versions (a kernel may import one), read without
+    importing anything."""
     try:
         dist = metadata.distribution("triton")
     except metadata.PackageNotFoundError:
         return "none"
-    record = dist.read_text("RECORD") or ""
+    record = (dist.read_text("RECORD") or "") + _triton_outside_its_wheel(dist)
     installed = set()
     for folder in sys.path:
         try:
@@ -64,6 +72,25 @@ def toolchain_identity() -> str:
             continue
     packages = hashlib.sha256("\n".join(sorted(installed)).encode()).hexdigest()[:16]
     return f"{dist.version}:{hashlib.sha256(record.encode()).hexdigest()[:16]}:{packages}"
+
+
+def _triton_outside_its_wheel(dist) -> str:
+    """'' when `import triton` finds the files the wheel's RECORD lists; else (a source checkout on PYTHONPATH,
+    an editable install, whose RECORD says nothing of them) the path, size and mtime of each of its files."""
+    found = importlib.util.find_spec("triton")   # finds the package without importing it
+    origin = found.origin if found is not None else None
+    if origin is None or os.path.abspath(origin) == os.path.abspath(dist.locate_file("triton/__init__.py")):
+        return ""
+    lines = [os.path.abspath(origin)]
+    for folder, subfolders, files in os.walk(os.path.dirname(origin)):
+        subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
+        for name in sorted(files):
+            try:
+                info = os.stat(os.path.join(folder, name))
+            except OSError:
+                continue
+            lines.append(f"{os.path.join(folder, name)} {info.st_size} {info.st_mtime_ns}")
+    return "\n".join(lines)
 
 
 def cell_key(cell: Cell, roots: tuple[Path, ...]) -> str:
@@ -171,7 +198,7 @@ class ResultCache:
 
     def _file_hash(self, path: str) -> str | None:
         if path not in self._file_hashes:
-            self._file_hashes[path] = file_sha256(path)
+            self._file_hashes[path] = dependency_digest(path)
         return self._file_hashes[path]
 
     def dependencies_hold(self, dependencies: dict[str, str | None]) -> bool:
@@ -237,12 +264,14 @@ def write_private(path: Path, text: str) -> bool:
             handle.write(text)
         os.replace(tmp, path)
         return True
-    except OSError:
+    except BaseException as exc:   # a full disk, or a signal unwinding the run: no temp file left either way
         if tmp is not None:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+        if not isinstance(exc, OSError):
+            raise
         return False  # a cache that cannot be written only costs speed
 
 
@@ -275,18 +304,45 @@ class Timings:
 # --- Triton's own cache ----------------------------------------------------------------------------
 
 def triton_cache_class(fallback: str):
-    """Triton's file cache, except that a write it cannot make (a full disk, a read-only folder) goes to
-    `fallback` instead of failing the compile, leaving no temp folder behind. Imports Triton."""
+    """Triton's file cache, except that an entry serves only the files and variables its compile used (see
+    above), and a write it cannot make (a full disk, a read-only folder) goes to `fallback` instead of
+    failing the compile, leaving no temp folder behind. Imports Triton."""
     from triton.runtime.cache import FileCacheManager
 
     class PrivateTritonCache(FileCacheManager):
         def __init__(self, key, override=False, dump=False):
+            # Triton's key holds the kernel's source, not what its module's load read (a table that a
+            # constexpr function returns from, a variable): salted with that, an entry serves those alone.
+            salt = load_digest()
+            if salt:
+                key = hashlib.sha256(f"{key}:{salt}".encode()).hexdigest()
             try:
                 super().__init__(key, override, dump)
             except OSError:
                 self._fall_back(key)
 
+        def get_group(self, filename):
+            """An entry is reused only while the files its compile read (beyond the load) are unchanged."""
+            group = super().get_group(filename)
+            if group is None:
+                return None
+            try:
+                with open(self._make_path(TRITON_ENTRY_READS), encoding="utf-8") as handle:
+                    reads = json.load(handle)
+                if not all(dependency_digest(path) == digest for path, digest in reads.items()):
+                    return None
+            except (OSError, ValueError, TypeError, AttributeError):
+                return None   # no record of what its compile read: compile again
+            reused_compile_reads(reads)
+            return group
+
+        def put_group(self, filename, group):
+            self.put(json.dumps(compile_reads(), sort_keys=True), TRITON_ENTRY_READS, binary=False)
+            return super().put_group(filename, group)
+
         def put(self, data, filename, binary=True) -> str:
+            if filename.endswith(".amdgcn") and isinstance(data, str):   # the assembler reads these next
+                note_compile_reads(assembled_files(data))
             try:
                 return super().put(data, filename, binary)
             except OSError:

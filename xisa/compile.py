@@ -11,7 +11,7 @@ from pathlib import Path
 
 from xisa.analyze.amdgcn import analyze_amdgcn
 from xisa.analyze.occupancy import amd_waves_per_simd, cuda_warps_per_sm
-from xisa.bind import bind_cell, load_kernel_function
+from xisa.bind import bind_cell, compiling, load_kernel_function
 from xisa.errors import XisaError
 from xisa.result import CellResult
 from xisa.spec import Cell
@@ -26,10 +26,11 @@ def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False) ->
     result = CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="error")
     try:
         fn = load_kernel_function(cell.kernel, roots=roots)
-        bound = bind_cell(cell, fn)
-        result.binding = bound.signature_record()
-        result.options = bound.options_record()
-        compiled = _triton_compile(bound)
+        with compiling(cell.kernel):   # what the compile reads is a dependency as well
+            bound = bind_cell(cell, fn)
+            result.binding = bound.signature_record()
+            result.options = bound.options_record()
+            compiled = _triton_compile(bound)
         analysis = analyze_compiled(cell, compiled, bound.options)
         result.analysis = analysis
         result.status = "ok"

@@ -70,6 +70,18 @@ def setting_paths(settings: dict, key: str, default: list[str], *, path: str = "
 GOLDEN_DEFAULT = ["golden"]
 
 
+def _refuse_links_below(root: Path, folder: Path) -> None:
+    """Refuse a link between the project root and `folder` (the golden folder): git stores links, so a
+    committed `data -> ../elsewhere` with `golden = "data/golden"` would lead every golden write and
+    removal out of the project. The folder itself is checked wherever a golden path is made."""
+    from xisa.golden import refuse_link
+
+    folder = Path(os.path.abspath(folder))
+    for ancestor in reversed(folder.parents):
+        if ancestor != root and ancestor.is_relative_to(root):
+            refuse_link(ancestor)
+
+
 def load_project(*, cwd: Path | None = None, spec: list[Path] | None = None, golden: Path | None = None) -> Project:
     root, config_file = find_root(cwd or Path.cwd())
     settings: dict = {}
@@ -94,6 +106,7 @@ def load_project(*, cwd: Path | None = None, spec: list[Path] | None = None, gol
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         cache_dir = base / "xisa"
+    _refuse_links_below(root, golden_dir)
     roots = {root.resolve()}
     for path in spec_paths:
         roots.add((path if path.is_dir() else path.parent).resolve())

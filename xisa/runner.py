@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from xisa.bind import kernel_dependencies
+from xisa.bind import ignore_reads_under, kernel_dependencies
 from xisa.cache import ResultCache, Timings, cell_key, open_cache_folder, triton_cache_class
 from xisa.compile import compile_cell
 from xisa.result import CellResult
@@ -107,6 +107,7 @@ def _prepare_worker_toolchain() -> None:
     if refresh is not None:
         refresh()
     knobs.cache.manager_class = triton_cache_class(_TRITON_FALLBACK)
+    ignore_reads_under(os.environ.get("TRITON_CACHE_DIR", ""), _TRITON_FALLBACK)   # a compile's own output
 
 
 def _compile_one(index: int) -> tuple[int, CellResult, dict[str, str | None] | None]:

@@ -131,6 +131,8 @@ HARMLESS_ENV = {
     "LLVM_ENABLE_SYMBOLIZER_MARKUP": "symbolizes a compiler crash",
     "LLVM_OVERRIDE_PRODUCER": "the producer string in bitcode metadata, not the code",
 }
+# Triton knobs without a variable that code may set: hooks and listeners that change nothing compiled.
+HARMLESS_KNOB_ATTRIBUTES = {"listener", "jit_cache_hook", "jit_post_compile_hook", "impl"}
 
 # Prefixes of the variables Triton, MLIR and LLVM read. A set variable with one of them that the tables
 # do not name is part of the result-cache key, so a warm run (which must not import Triton to list
@@ -140,6 +142,18 @@ _TOOLCHAIN_PREFIXES = ("TRITON_", "AMDGCN_", "NVPTX_", "PTXAS_", "MLIR_", "LLVM_
 
 def classified(name: str) -> bool:
     return name in REFUSED_ENV or name in PINNED_ENV or name in HARMLESS_ENV
+
+
+def toolchain_variable(name: str) -> bool:
+    """A variable the cache key covers already (pinned, refused, or toolchain-like: `unclassified_environment`)."""
+    return classified(name) or name.startswith(_TOOLCHAIN_PREFIXES)
+
+
+def changes_compilation(name: str) -> bool:
+    """A variable that changes what Triton compiles or which tool it runs: refused, pinned, or toolchain-like
+    and not known to be harmless."""
+    return name in REFUSED_ENV or name in PINNED_ENV or (name.startswith(_TOOLCHAIN_PREFIXES)
+                                                         and name not in HARMLESS_ENV)
 
 
 def refused_variables(environ: dict[str, str] | None = None) -> dict[str, str]:

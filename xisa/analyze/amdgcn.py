@@ -150,6 +150,22 @@ def _directive(text: str) -> tuple[str, str]:
     return word.lower(), rest.strip()
 
 
+_ASSEMBLED_FILE = re.compile(r'^\.(?:include|incbin)\s+"([^"]+)"', re.IGNORECASE)
+
+
+def assembled_files(asm: str) -> list[str]:
+    """The files inline asm pulls in when the code object is assembled (`.include "x.s"`, `.incbin "x.bin"`):
+    their bytes are in the code but not in the printed text, so a compile depends on them."""
+    files, inside = [], False
+    for line in asm.splitlines():
+        text = line.strip()
+        if text.startswith((_ASM_START, _ASM_END)):
+            inside = text.startswith(_ASM_START)
+        elif inside and (match := _ASSEMBLED_FILE.match(text)):
+            files.append(match.group(1))
+    return files
+
+
 def _closing(body: list[AsmLine], start: int, openers: tuple[str, ...], closer: str) -> int | None:
     """Index of the `closer` that matches the opener at `start` (nesting counted), or None."""
     depth = 0
