@@ -91,8 +91,8 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
 SERIAL = '''
 import json, sys, time
 from pathlib import Path
-from xisa.compile import compile_cell
-from xisa.toolchain import apply_pinned_env
+from xisa.compile.cell import compile_cell
+from xisa.compile.toolchain import apply_pinned_env
 from xisa.workspace import open_workspace
 ws = open_workspace(cwd=Path(sys.argv[1]))
 apply_pinned_env(Path(sys.argv[2]))

@@ -1,6 +1,6 @@
 """Helpers for the runtime checks (`check_<kernel>(case)` in each kernel module).
 
-A check gets an `xisa.runtime.RuntimeCase` (duck-typed here: nothing imports xisa): the spec's
+A check gets an `xisa.device.launch.RuntimeCase` (duck-typed here: nothing imports xisa): the spec's
 argument values (`case.args`: scalars, and tensor specs such as {tensor: bf16, shape: [...]}),
 the resolved constexprs, the launch options, the device and the target name. It builds inputs on
 the device with the spec's dtypes and shapes, passes the spec's scalars unchanged (so the launch

@@ -18,7 +18,7 @@ def _golden_toolchain_skip():
     """The repo's goldens are made with one Triton; under another one they are a toolchain difference."""
     from importlib.metadata import version
 
-    from xisa.toolchain import GOLDEN_TRITON
+    from xisa.compile.toolchain import GOLDEN_TRITON
 
     installed = version("triton")
     return pytest.mark.skipif(installed != GOLDEN_TRITON, reason=f"the repo's goldens are made with Triton "

@@ -150,7 +150,7 @@ def test_dual_issue_pairs_show_both_halves_and_count_once():
     assert "v_dual_mov_b32" not in analysis.histogram
     assert analysis.instructions == sum(analysis.histogram.values()) == 12
     assert "v_dual_mov_b32 v4, 0 :: v_dual_and_b32 v5, 0xfc, v7" in analysis.stream_text
-    from xisa.expect import measure
+    from xisa.analyze.expect import measure
 
     assert measure("*v_dual_and_b32*", analysis) == 1 and measure("v_dual_mov*", analysis) == 1
 

@@ -9,7 +9,7 @@ import triton.language as tl
 from triton.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
 
-from xisa.bind import StandInTensor, make_standin
+from xisa.compile.bind import StandInTensor, make_standin
 from xisa.errors import SpecError
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from xisa.cache import ResultCache, triton_cache_class, write_private
-from xisa.result import CellResult
+from xisa.compile.cache import ResultCache, triton_cache_class, write_private
+from xisa.compile.result import CellResult
 
 HELPER = """import triton
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from xisa.errors import LockError
-from xisa.golden import golden_lock, golden_paths, read_golden
+from xisa.golden.store import golden_lock, golden_paths, read_golden
 
 KEYS = [("scale", case, target) for case in ("small", "big") for target in ("gfx1100", "gfx1201", "gfx942")] + \
        [("dot", "f16_32", target) for target in ("gfx1100", "gfx942")]

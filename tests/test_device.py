@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from xisa.device import base_gcn_arch, detect_devices, gate
-from xisa.target import load_targets
+from xisa.device.detect import base_gcn_arch, detect_devices, gate
+from xisa.spec.targets import load_targets
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = load_targets([REPO / "targets"])

@@ -10,7 +10,7 @@ import pytest
 import triton
 
 from xisa.doctor import diagnose, render_doctor_text, scan_golden_toolchains
-from xisa.toolchain import HARMLESS_ENV, REFUSED_ENV
+from xisa.compile.toolchain import HARMLESS_ENV, REFUSED_ENV
 
 
 def _project(root: Path, versions: list[str]) -> Path:

@@ -1,6 +1,6 @@
 """Every variable the installed Triton reads is refused, pinned or known harmless (issue 11, items 5 and 13).
 
-The tables live in `xisa/toolchain.py`; these tests walk the installed Triton, so a Triton upgrade
+The tables live in `xisa/compile/toolchain.py`; these tests walk the installed Triton, so a Triton upgrade
 that adds a knob fails here until the knob is classified.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import xisa.cli
-from xisa import toolchain
+from xisa.compile import toolchain
 from xisa.errors import ToolchainError
-from xisa.toolchain import (HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, check_environment, classified,
+from xisa.compile.toolchain import (HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, check_environment, classified,
                             triton_knob_variables)
 
 
@@ -73,7 +73,7 @@ def test_refused_variables_need_no_triton_import():
                  "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH"):
         with pytest.raises(ToolchainError, match=f"fix: unset {name}"):
             check_environment({name: "/tmp/x"})
-    code = ("import sys; from xisa.toolchain import check_environment; check_environment({}); "
+    code = ("import sys; from xisa.compile.toolchain import check_environment; check_environment({}); "
             "print('triton' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 

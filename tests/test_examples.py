@@ -115,7 +115,7 @@ def test_the_gate_runs_whatever_files_a_pull_request_touches():
 def test_workflow_installs_xisa_and_the_goldens_toolchain_pinned():
     """Not `pip install -e .` (in a user's repository that is their project, and it let pip pick Triton 3.9
     while the goldens are 3.8): xisa, the goldens' Triton and a CPU torch, each pinned."""
-    from xisa.toolchain import GOLDEN_TRITON
+    from xisa.compile.toolchain import GOLDEN_TRITON
 
     wf = _load(WORKFLOW)
     assert wf["env"]["TRITON_VERSION"] == GOLDEN_TRITON and re.fullmatch(r"\d+\.\d+\.\d+", wf["env"]["TORCH_VERSION"])

@@ -18,7 +18,7 @@ import pytest
 
 from test_reliability import _bless, _new_results, _old_goldens, _sample_result, assert_one_line_error, snapshot
 from xisa.errors import GoldenError
-from xisa.verdict import build_report
+from xisa.golden.verdict import build_report
 
 
 def _outside(tmp_path: Path) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xisa.golden import golden_paths, read_golden
+from xisa.golden.store import golden_paths, read_golden
 
 
 def gfx11_branch_change(project: Path) -> None:

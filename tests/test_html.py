@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from xisa.analyze.model import Analysis
-from xisa.golden import Golden
-from xisa.html import abstract_registers, render_html, stream_diff, write_html
-from xisa.result import CellResult
-from xisa.verdict import CHANGED, SAME, CellVerdict, CheckReport, compute_delta
+from xisa.golden.store import Golden
+from xisa.render.html import abstract_registers, render_html, stream_diff, write_html
+from xisa.compile.result import CellResult
+from xisa.golden.verdict import CHANGED, SAME, CellVerdict, CheckReport, compute_delta
 
 from test_goldens import _git, gfx11_branch_change
 
@@ -139,7 +139,7 @@ def test_register_abstracted_diff_shows_only_the_changed_instructions():
 @given(st.lists(st.sampled_from("abcd"), max_size=40), st.lists(st.sampled_from("abcd"), max_size=40))
 @settings(max_examples=300, deadline=None)
 def test_diff_opcodes_rebuild_the_head_and_keep_at_least_difflibs_matches(base, head):
-    from xisa.html import _diff_opcodes
+    from xisa.render.html import _diff_opcodes
 
     rebuilt, i, j = [], 0, 0
     for tag, i1, i2, j1, j2 in _diff_opcodes(base, head):
@@ -170,7 +170,7 @@ def test_binding_differences_are_shown():
 def test_the_page_stays_bounded_with_many_changed_cells(tmp_path):
     """116 changed cells, renumbered with a third of their instructions changed: both diffs of every
     cell reach the per-cell cap, so the page budget runs out; later cells get a note instead."""
-    from xisa.html import MAX_DIFF_ROWS, PAGE_DIFF_ROWS
+    from xisa.render.html import MAX_DIFF_ROWS, PAGE_DIFF_ROWS
 
     verdicts = []
     for i in range(116):

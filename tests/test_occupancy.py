@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from xisa.analyze.occupancy import amd_waves_per_simd
-from xisa.target import load_targets
+from xisa.spec.targets import load_targets
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = load_targets([REPO / "targets"])

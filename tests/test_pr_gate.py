@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xisa.toolchain import describe_toolchain
+from xisa.compile.toolchain import describe_toolchain
 
 KERNEL = '''import triton
 import triton.language as tl

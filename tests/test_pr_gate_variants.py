@@ -243,7 +243,7 @@ def test_a_scope_naming_a_kernel_alone_says_how_to_write_it():
     """`--scope scale` reads as a target: it said `'scale' matches no target (fix: did you mean 'sm_90'?)`,
     pointing at a target, where the user meant the kernel on every target."""
     from xisa.errors import UsageError
-    from xisa.verdict import check_scopes
+    from xisa.golden.verdict import check_scopes
 
     with pytest.raises(UsageError) as info:
         check_scopes(["scale"], targets=["gfx1100", "gfx942", "sm_90"], cases={"scale": ["small"]})

@@ -20,15 +20,15 @@ import pytest
 import yaml
 
 import xisa.cli
-import xisa.toolchain
+import xisa.compile.toolchain
 from conftest import FIXTURES
-from xisa import bless as bless_module
+from xisa.golden import bless as bless_module
 from xisa.analyze.amdgcn import analyze_amdgcn
 from xisa.errors import GoldenError, SpecError, ToolchainError, XisaError
-from xisa.golden import golden_paths, read_golden, render_golden
+from xisa.golden.store import golden_paths, read_golden, render_golden
 from xisa.names import CASE_NAME, KERNEL_NAME, MAX_NAME_LENGTH, check_name
-from xisa.result import CellResult
-from xisa.toolchain import REFUSED_ENV, check_environment, check_supported
+from xisa.compile.result import CellResult
+from xisa.compile.toolchain import REFUSED_ENV, check_environment, check_supported
 from xisa.yamlio import MAX_EXPANDED_NODES, parse_yaml
 
 ASM = FIXTURES / "asm"
@@ -126,7 +126,7 @@ SPEC_CASES = {
     "duplicate-kernel-name": ("kernels/dot.yaml", "name: dot", "name: scale",
                               ["name: kernel name 'scale' is also defined in kernels/"]),
     "pyproject-unknown-setting": (PYPROJECT, 'specs = ["kernels"]', 'spec = ["kernels"]',
-                                  ["pyproject.toml: tool.xisa.spec", "unknown setting 'spec'", "allowed:"]),
+                                  ["pyproject.toml: tool.xisa.spec.cases", "unknown setting 'spec'", "allowed:"]),
     "pyproject-invalid-toml": (PYPROJECT, 'golden = "golden"', 'golden = golden',
                                ["pyproject.toml", "invalid TOML"]),
     "pyproject-specs-not-paths": (PYPROJECT, 'specs = ["kernels"]', "specs = 3",
@@ -333,7 +333,7 @@ def _sample_result(kernel="scale", case="small", target="gfx942", asm="scale_gfx
 
 
 def _write_sample_golden(golden_dir: Path, **kw) -> tuple[Path, Path]:
-    from xisa.golden import write_golden
+    from xisa.golden.store import write_golden
 
     result = _sample_result(**kw)
     yaml_text, stream_text = render_golden(result, toolchain={"triton": "3.8.0"},
@@ -570,7 +570,7 @@ def test_cli_refuses_an_unsupported_triton(tinyproj, shared_cache, monkeypatch, 
     monkeypatch.chdir(tinyproj)
     monkeypatch.setenv("XISA_CACHE_DIR", str(shared_cache))
     monkeypatch.delenv("CI", raising=False)
-    monkeypatch.setattr(xisa.toolchain, "triton_version", lambda: version)
+    monkeypatch.setattr(xisa.compile.toolchain, "triton_version", lambda: version)
     before = snapshot(tinyproj)
     with pytest.raises(SystemExit) as info:
         xisa.cli.main(["bless", "--arch", "gfx942"])
@@ -718,8 +718,8 @@ def test_merge_keys_fill_in_and_the_mapping_overrides(tmp_path):
 
 
 def test_merge_keys_in_a_spec_resolve_to_the_overridden_values(tmp_path):
-    from xisa.spec import build_cells, load_spec
-    from xisa.target import load_targets, select_targets
+    from xisa.spec.cases import build_cells, load_spec
+    from xisa.spec.targets import load_targets, select_targets
 
     (tmp_path / "k.py").write_text("# kernel\n")
     spec_file = tmp_path / "k.yaml"
@@ -732,7 +732,7 @@ def test_merge_keys_in_a_spec_resolve_to_the_overridden_values(tmp_path):
 
 
 def test_a_matrix_too_large_is_refused_before_it_expands(tmp_path):
-    from xisa.spec import MAX_CASES_PER_SPEC, load_spec
+    from xisa.spec.cases import MAX_CASES_PER_SPEC, load_spec
 
     axes = 1
     while 2 ** axes <= MAX_CASES_PER_SPEC:
@@ -751,8 +751,8 @@ def test_a_matrix_too_large_is_refused_before_it_expands(tmp_path):
 def test_junit_holds_any_message_as_parseable_xml():
     from xml.etree import ElementTree as ET
 
-    from xisa.report import render_junit
-    from xisa.verdict import CellVerdict, CheckReport
+    from xisa.render.report import render_junit
+    from xisa.golden.verdict import CellVerdict, CheckReport
 
     message = "import failed: RuntimeError: boom \x01\x1b[31mred\x1b[0m \x00 \ufffe tab\there"
     report = CheckReport(verdicts=[CellVerdict(kernel="k", case="c", target="gfx942", verdict="error",

@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 
 from xisa.analyze.model import Analysis
-from xisa.golden import Golden
-from xisa.report import accept_commands, error_block, render_check_text, render_compile_table, summary_line
-from xisa.result import CellResult
-from xisa.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, compute_delta
+from xisa.golden.store import Golden
+from xisa.render.report import accept_commands, error_block, render_check_text, render_compile_table, summary_line
+from xisa.compile.result import CellResult
+from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, compute_delta
 
 from test_goldens import gfx11_branch_change
 

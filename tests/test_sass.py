@@ -9,7 +9,7 @@ import pytest
 from xisa.analyze.occupancy import cuda_warps_per_sm
 from xisa.analyze.sass import CLASSES, base_mnemonic, classify, parse_resource_usage, parse_stream
 from xisa.errors import ParseError
-from xisa.target import load_targets
+from xisa.spec.targets import load_targets
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = load_targets([REPO / "targets"])
@@ -294,7 +294,7 @@ def test_normalize_rules_are_validated_per_backend(tmp_path):
     import yaml
 
     from xisa.errors import TargetError
-    from xisa.target import parse_target
+    from xisa.spec.targets import parse_target
 
     data = yaml.safe_load((REPO / "targets" / "sm_100.yaml").read_text())
     assert parse_target(data, "targets/sm_100.yaml").normalize == ("register-numbers",)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from xisa.errors import SpecError
-from xisa.spec import build_cells, load_spec
-from xisa.target import load_targets, select_targets, unknown_target
+from xisa.spec.cases import build_cells, load_spec
+from xisa.spec.targets import load_targets, select_targets, unknown_target
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -176,7 +176,7 @@ def _sass_analysis(**resources):
 
 
 def test_scratch_bytes_on_nvidia_is_stack_plus_local_bytes():
-    from xisa.expect import evaluate, measure
+    from xisa.analyze.expect import evaluate, measure
 
     expect = (("*", {"scratch_bytes": 0}),)
     # The case of issue 12: a kernel with 3,144 bytes of stack passed `'*': {scratch_bytes: 0}` on sm_90.

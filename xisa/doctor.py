@@ -15,7 +15,7 @@ import yaml
 
 from xisa.names import display_path
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, XisaError
-from xisa.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON,
+from xisa.compile.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON,
                             amd_codegen_revision, parse_version, pinned_overrides, ptxas_version, refused_variables,
                             unclassified_variables, wheel_tool)
 
@@ -147,8 +147,8 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
     targets: dict[str, Any] = {}
     goldens: dict[str, Any] = {"dir": None, "files": 0, "triton": {}, "amd_codegen": {}, "ptxas": {}, "unreadable": []}
     try:
-        from xisa.project import load_project
-        from xisa.target import load_targets
+        from xisa.spec.project import load_project
+        from xisa.spec.targets import load_targets
 
         project = load_project(cwd=cwd)
         project_info = {"root": str(project.root), "golden_dir": project.display(project.golden_dir)}
@@ -175,7 +175,7 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
 
     devices: list[dict[str, Any]] = []
     if probe_devices:
-        from xisa.device import detect_devices
+        from xisa.device.detect import detect_devices
 
         devices = [{"index": d.index, "name": d.name, "backend": d.backend, "arch": d.arch, "target": d.target}
                    for d in detect_devices(targets, torch_module=torch_module)]

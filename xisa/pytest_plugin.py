@@ -36,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xisa_cell: an xisa (kernel, case, target) golden check")
     _take_cell_arguments(config)
     if config.getoption("xisa_update", default=False):
-        from xisa.bless import refuse_in_ci
+        from xisa.golden.bless import refuse_in_ci
         from xisa.errors import XisaError
 
         try:
@@ -60,9 +60,9 @@ def _take_cell_arguments(config: pytest.Config) -> None:
 
 def _devices(config: pytest.Config):
     if _DEVICES_KEY not in config.stash:
-        from xisa.device import detect_devices
-        from xisa.project import load_project
-        from xisa.target import load_targets
+        from xisa.device.detect import detect_devices
+        from xisa.spec.project import load_project
+        from xisa.spec.targets import load_targets
 
         project = load_project(cwd=Path(str(config.rootpath)))
         targets = load_targets(list(project.target_dirs), root=project.root)
@@ -74,7 +74,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for marker in item.iter_markers("xisa_device"):
         if not marker.args or not isinstance(marker.args[0], str):
             raise pytest.UsageError(f"{item.nodeid}: xisa_device needs a target pattern, e.g. xisa_device('sm_90')")
-        from xisa.device import gate
+        from xisa.device.detect import gate
 
         devices, targets = _devices(item.config)
         device, reason = gate(marker.args[0], devices, targets)
@@ -94,10 +94,10 @@ class XisaCellItem(pytest.Item):
         self.add_marker("xisa_cell")
 
     def runtest(self) -> None:
-        from xisa.bless import bless
-        from xisa.runner import RunOptions, run_cells
-        from xisa.toolchain import describe_toolchain
-        from xisa.verdict import build_report
+        from xisa.golden.bless import bless
+        from xisa.compile.runner import RunOptions, run_cells
+        from xisa.compile.toolchain import describe_toolchain
+        from xisa.golden.verdict import build_report
         from xisa.workspace import expectation_failures
 
         cell, ws, config = self.cell, self.workspace, self.config
@@ -144,7 +144,7 @@ def _explain(verdict) -> str:
                                         "golden", "now", lineterm="", n=2)
             body = list(diff)
             lines += body[:60] + ([f"... {len(body) - 60} more diff lines"] if len(body) > 60 else [])
-    from xisa.report import accept_commands
+    from xisa.render.report import accept_commands
 
     for command in accept_commands(_one_cell_report(verdict), kernel_filters=[f"{verdict.kernel}:{verdict.case}"]):
         lines.append(f"accept with: {command}")
@@ -153,7 +153,7 @@ def _explain(verdict) -> str:
 
 
 def _one_cell_report(verdict):
-    from xisa.verdict import CheckReport
+    from xisa.golden.verdict import CheckReport
 
     return CheckReport(verdicts=[verdict], toolchain={}, golden_toolchains={}, scopes=[])
 
@@ -171,7 +171,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     from xisa.errors import XisaError
     from xisa.names import closest
-    from xisa.verdict import check_scopes
+    from xisa.golden.verdict import check_scopes
     from xisa.workspace import open_workspace
 
     try:

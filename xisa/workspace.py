@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xisa.errors import SpecError, ToolchainError
-from xisa.expect import Failure, check_against_targets, evaluate, validate
-from xisa.golden import golden_paths, read_golden_toolchain
+from xisa.analyze.expect import Failure, check_against_targets, evaluate, validate
+from xisa.golden.store import golden_paths, read_golden_toolchain
 from xisa.names import display_path
-from xisa.project import Project, load_project
-from xisa.result import CellResult
-from xisa.shard import shard_of
-from xisa.spec import Cell, KernelSpec, build_cells, discover_spec_files, load_specs
-from xisa.target import Target, load_targets, select_targets
-from xisa.toolchain import describe_toolchain
+from xisa.spec.project import Project, load_project
+from xisa.compile.result import CellResult
+from xisa.spec.shard import shard_of
+from xisa.spec.cases import Cell, KernelSpec, build_cells, discover_spec_files, load_specs
+from xisa.spec.targets import Target, load_targets, select_targets
+from xisa.compile.toolchain import describe_toolchain
 
 
 @dataclass
@@ -127,7 +127,7 @@ def select_cells(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | N
 
 
 def compile_cells(ws: Workspace, chosen: list[Target], cells: list[Cell], *, options, progress=None) -> Run:
-    from xisa.runner import run_cells
+    from xisa.compile.runner import run_cells
 
     results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir, options=options,
                         progress=progress)

@@ -28,7 +28,7 @@ from kernels import decode_attention, extend_attention, gemm, gqa_decode, kv_deq
 
 
 class FakeCase:
-    """The attributes of xisa.runtime.RuntimeCase that the checks use."""
+    """The attributes of xisa.device.launch.RuntimeCase that the checks use."""
 
     def __init__(self, kernel, args, constexprs, options=None, target="sm_90"):
         self.kernel, self.case, self.target = kernel, "smoke", target

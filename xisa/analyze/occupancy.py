@@ -7,8 +7,13 @@ computes its own figure; LLVM's is shown beside it.
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping, Protocol
 
-from xisa.target import Target
+
+class Target(Protocol):
+    """What occupancy needs of a target (spec's `Target` is one): its cited occupancy table and wave size."""
+    occupancy: Mapping[str, Any]
+    warp_size: int | None
 
 
 def _align(value: int, granule: int) -> int:

@@ -1,0 +1,115 @@
+"""The command line: a typer app whose commands are thin wrappers over library calls.
+
+This is the one error boundary: a domain error becomes one line on stderr and its exit code.
+SIGTERM and SIGHUP stop a run as Ctrl-C does (workers killed, no golden half-written, temp files
+removed): one line on stderr and the shell's convention, 128 + the signal (SIGINT 130, SIGTERM 143,
+SIGHUP 129).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import typer
+
+from xisa.errors import XisaError
+
+app = typer.Typer(
+    name="xisa", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Cross-compile Triton kernels ahead of time and guard their machine code per architecture.",
+)
+cache_app = typer.Typer(help="The result cache private to xisa.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+def _register() -> None:
+    from xisa.cli import check, compile, device, doctor, inspect, report  # noqa: F401  (commands register themselves)
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_stopped_by = signal.SIGINT   # the signal that interrupted the run: KeyboardInterrupt unless a handler says
+
+
+def _stop(signum: int, frame) -> None:
+    """SIGTERM/SIGHUP: unwind like Ctrl-C, so every `finally` runs (workers killed, temp files removed)."""
+    global _stopped_by
+    _stopped_by = signum
+    for other in _STOP_SIGNALS:  # a second one must not interrupt the clean-up
+        signal.signal(other, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _handle_stop_signals() -> dict[int, object]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, _stop) for signum in _STOP_SIGNALS}
+
+
+def _interrupted() -> None:
+    if _stopped_by == signal.SIGINT:
+        print("xisa: interrupted", file=sys.stderr)
+    else:
+        print(f"xisa: interrupted by {signal.Signals(_stopped_by).name}", file=sys.stderr)
+    sys.exit(128 + _stopped_by)
+
+
+def main(argv: list[str] | None = None) -> None:
+    global _stopped_by
+    _stopped_by = signal.SIGINT
+    previous = _handle_stop_signals()
+    try:
+        _main(argv)
+    finally:  # after the run (or in-process callers): a late signal ends the process as usual
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _main(argv: list[str] | None) -> None:
+    try:
+        _register()
+        code = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here
+        if code == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into Exit(130); no command exits 130 itself
+            _interrupted()
+    except XisaError as exc:
+        print(f"xisa: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        _interrupted()
+    except OSError as exc:  # a file xisa must read or write (an --output under a regular file, a full disk)
+        import errno
+
+        where = f"{exc.filename}: " if exc.filename else ""
+        reason = "a regular file is in the way of a folder" if exc.errno in (errno.EEXIST, errno.ENOTDIR) else None
+        print(f"xisa: error: {where}{reason or exc.strerror or exc} (fix: check the path, its permissions and "
+              "free space)", file=sys.stderr)
+        sys.exit(2)
+    except Exception as exc:  # click usage errors (typer >= 0.22 vendors click as typer._click)
+        if isinstance(exc, _click_exceptions()):
+            message = " ".join(exc.format_message().split())
+            ctx = getattr(exc, "ctx", None)
+            fix = f" (fix: see `{ctx.command_path} --help`)" if ctx is not None else ""
+            print(f"xisa: error: {message}{fix}", file=sys.stderr)
+            sys.exit(2)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_exceptions() -> tuple[type, ...]:
+    classes = []
+    try:
+        from typer._click.exceptions import ClickException as vendored
+
+        classes.append(vendored)
+    except ImportError:
+        pass
+    try:
+        from click.exceptions import ClickException
+
+        classes.append(ClickException)
+    except ImportError:
+        pass
+    return tuple(classes)

@@ -1,0 +1,71 @@
+"""`xisa compile`: cross-compile the selected cells and show what they compiled to."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.text import Text
+
+from xisa.cli import app
+from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
+                                  TimeoutOption,
+                                  stderr, stdout)
+from xisa.compile.emit import emit_stages
+from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
+from xisa.render.progress import progress_reporter
+from xisa.analyze.expect import ISA_OF_BACKEND, check_key
+from xisa.render.report import compile_payload, error_block, render_compile_markdown, render_compile_table
+from xisa.compile.runner import RunOptions
+from xisa.workspace import compile_cells, open_workspace, select_cells
+
+
+@app.command("compile")
+def compile_command(
+    arch: ArchOption = None,
+    kernel: KernelOption = None,
+    spec: SpecOption = None,
+    count: Annotated[Optional[list[str]], typer.Option("--count", help="Mnemonic or glob to count (repeatable).")] = None,
+    emit: Annotated[Optional[Path], typer.Option("--emit", help="Write every stage of every cell to DIR.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON: {toolchain, cells}.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print a case x target markdown table.")] = False,
+    top: Annotated[int, typer.Option("--top", min=0, help="Show each cell's N most frequent instructions (0: none).")] = 5,
+    jobs: JobsOption = 0,
+    timeout: TimeoutOption = 600.0,
+    no_cache: NoCacheOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Cross-compile kernel cases for targets (no GPU needed) and print histograms, resources, fingerprints."""
+    for pattern in count or []:
+        check_key(pattern, path=None, field="--count")
+    ws = open_workspace(spec=spec)
+    chosen, cells = select_cells(ws, arch=arch, kernel=kernel)
+    options = RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache, keep_stages=emit is not None)
+    with progress_reporter(len(cells)) as advance:
+        run = compile_cells(ws, chosen, cells, options=options, progress=advance)
+    results, failures = run.results, run.failures
+    if emit is not None:
+        written = emit_stages(emit, cells, results)
+        stderr().print(f"wrote {written} files under {emit}")
+    backends = {t.backend for t in chosen}
+    if as_json:
+        typer.echo(json.dumps(compile_payload(results, failures, backends=backends), indent=2, sort_keys=True))
+    elif markdown:
+        typer.echo(render_compile_markdown(results, counts=count or []), nl=False)
+    elif not quiet:
+        render_compile_table(stdout(), results, failures, counts=count or [], top=top,
+                             isa_of={t.name: ISA_OF_BACKEND[t.backend] for t in chosen})
+    else:
+        for cell_id, fails in failures.items():
+            for failure in fails:
+                stdout().print(f"expectation failed {cell_id}: {failure}", markup=False, highlight=False)
+    errors = [r for r in results if not r.ok]
+    for result in errors:
+        stderr().print(Text(error_block(f"error {result.id}", result.error or ""), style="red"), highlight=False)
+    if errors:
+        raise typer.Exit(EXIT_UNTRUSTED)
+    if any(failures.values()):
+        raise typer.Exit(EXIT_REGRESSION)
+    raise typer.Exit(EXIT_OK)

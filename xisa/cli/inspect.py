@@ -1,0 +1,64 @@
+"""`xisa targets`, `xisa kernels`, `xisa cache clear`: what the project holds."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.table import Table
+
+from xisa.compile.cache import ResultCache
+from xisa.cli import app, cache_app
+from xisa.cli.options import ArchOption, SpecOption, stdout
+from xisa.spec.project import load_project
+from xisa.golden.verdict import JSON_SCHEMA_VERSION
+from xisa.spec.cases import case_targets
+from xisa.spec.targets import load_targets, select_targets
+from xisa.workspace import open_workspace
+
+
+@app.command()
+def targets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the known targets (bundled and the project's own targets/)."""
+    project = load_project()
+    known = load_targets(list(project.target_dirs), root=project.root)
+    if as_json:
+        typer.echo(json.dumps({"schema": JSON_SCHEMA_VERSION, "kind": "targets",
+                               "targets": [known[n].summary() for n in sorted(known)]}, indent=2))
+        return
+    table = Table("target", "backend", "arch", "wave", "family", "fp8", "matrix", "file")
+    for name in sorted(known):
+        t = known[name]
+        table.add_row(name, t.backend, str(t.arch), str(t.warp_size), t.family, t.fp8, t.matrix, t.path)
+    stdout().print(table)
+
+
+@app.command()
+def kernels(spec: SpecOption = None, arch: ArchOption = None,
+            as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List kernels, their cases and the targets each case runs on."""
+    ws = open_workspace(spec=spec)
+    chosen = select_targets(ws.targets, arch)
+    rows = []
+    for kernel_spec in ws.specs:
+        for case in kernel_spec.cases:
+            rows.append({"kernel": kernel_spec.name, "case": case.name, "spec": kernel_spec.spec_path,
+                         "function": kernel_spec.function,
+                         "targets": [t.name for t in case_targets(case, chosen)]})
+    if as_json:
+        typer.echo(json.dumps({"schema": JSON_SCHEMA_VERSION, "kind": "kernels", "kernels": rows}, indent=2))
+        return
+    table = Table("kernel", "case", "targets", "spec")
+    for row in rows:
+        table.add_row(row["kernel"], row["case"], " ".join(row["targets"]) or "-", row["spec"])
+    out = stdout()
+    out.print(table)
+    out.print(f"{len(ws.specs)} kernels, {len(rows)} cases, {sum(len(r['targets']) for r in rows)} cells")
+
+
+@cache_app.command("clear")
+def cache_clear() -> None:
+    """Empty xisa's result cache."""
+    project = load_project()
+    removed = ResultCache(project.cache_dir).clear()
+    typer.echo(f"removed {removed} cached results from {project.cache_dir}")

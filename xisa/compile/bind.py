@@ -1,0 +1,679 @@
+"""Bind a cell's stand-in arguments through Triton's own runtime binder.
+
+A launch specializes on its arguments (divisibility 16, int == 1 as a constexpr, AMD pointer range);
+an ahead-of-time compile is only faithful when it sees the same signature, constexprs and attrs.
+So we build stand-ins that answer `dtype`, `data_ptr()` and `ptr_range()` like the real tensors
+would, and hand them to the binder that `JITFunction.run` uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import functools
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import types
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xisa.errors import BindError, SpecError
+from xisa.spec.cases import Cell, KernelSpec
+from xisa.compile.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, toolchain_variable
+
+TWO_GIB = 2**31 - 1  # the AMD backend's bound for tt.pointer_range 32
+
+# dtype names accepted in specs -> torch dtype attribute name
+DTYPES = {
+    "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "i1": "bool",
+    "fp8e4nv": "float8_e4m3fn", "fp8e4b8": "float8_e4m3fnuz", "fp8e5": "float8_e5m2", "fp8e5b16": "float8_e5m2fnuz",
+}
+_TORCH_NAMES = set(DTYPES.values()) | {"half", "float", "double", "int", "long", "short"}
+# triton.language dtype names for `{dtype: ...}` constexprs
+_TL_DTYPES = {
+    "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64", "i8": "int8", "i16": "int16",
+    "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "fp8e4nv": "float8e4nv", "fp8e4b8": "float8e4b8", "fp8e5": "float8e5", "fp8e5b16": "float8e5b16",
+    "i1": "int1",
+}
+_TENSOR_KEYS = {"tensor", "shape", "align", "large"}
+
+
+def known_dtypes() -> list[str]:
+    return sorted(set(DTYPES) | _TORCH_NAMES)
+
+
+def torch_dtype(name: str, *, path: str, field: str):
+    import torch
+
+    attr = DTYPES.get(name, name)
+    dtype = getattr(torch, attr, None) if attr in _TORCH_NAMES or name in DTYPES else None
+    if not isinstance(dtype, torch.dtype):
+        near = difflib.get_close_matches(name, known_dtypes(), n=1)
+        fix = f"did you mean {near[0]!r}?" if near else f"one of {', '.join(known_dtypes())}"
+        raise SpecError(f"unknown dtype {name!r}", path=path, field=field, fix=fix)
+    return dtype
+
+
+class StandInTensor:
+    """Answers what Triton's specializer asks of a tensor: dtype, data_ptr() and ptr_range()."""
+
+    _BASE_ADDRESS = 1 << 32  # any 256-byte aligned address
+
+    def __init__(self, dtype, shape: tuple[int, ...], align: int, nbytes: int):
+        self.dtype = dtype
+        self.shape = shape
+        self._align = align
+        self._nbytes = nbytes
+
+    def data_ptr(self) -> int:
+        # An address that is a multiple of `align` but of no larger power of two up to 16.
+        return self._BASE_ADDRESS + (self._align if self._align < 16 else 0)
+
+    def ptr_range(self) -> int:
+        return self._nbytes
+
+    def __repr__(self) -> str:
+        return f"StandInTensor({self.dtype}, shape={list(self.shape)}, align={self._align}, nbytes={self._nbytes})"
+
+
+def make_standin(value: Any, *, path: str, field: str) -> Any:
+    """A spec argument value -> the object a launch would pass."""
+    if isinstance(value, str) and value.startswith("*"):
+        value = {"tensor": value[1:]}
+    if isinstance(value, dict):
+        unknown = set(value) - _TENSOR_KEYS
+        if unknown or "tensor" not in value:
+            bad = sorted(unknown)[0] if unknown else "tensor"
+            raise SpecError(f"a tensor stand-in takes {sorted(_TENSOR_KEYS)}, got {bad!r}", path=path,
+                            field=f"{field}.{bad}", fix="e.g. {tensor: bf16, shape: [128, 64]}")
+        dtype = torch_dtype(str(value["tensor"]), path=path, field=f"{field}.tensor")
+        shape = value.get("shape", [1])
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
+            raise SpecError("shape must be a list of positive ints", path=path, field=f"{field}.shape")
+        align = value.get("align", 16)
+        if align not in (1, 2, 4, 8, 16):
+            raise SpecError(f"align {align!r} must be 1, 2, 4, 8 or 16", path=path, field=f"{field}.align")
+        numel = 1
+        for size in shape:
+            numel *= size
+        nbytes = numel * dtype.itemsize
+        large = value.get("large")
+        if large not in (None, True, False):
+            raise SpecError("large must be true or false", path=path, field=f"{field}.large")
+        if large is False and nbytes > TWO_GIB:
+            raise SpecError(f"shape {shape} is {nbytes} bytes, over 2 GiB, but large is false", path=path,
+                            field=f"{field}.large", fix="drop `large: false` or shrink the shape")
+        if large:
+            nbytes = max(nbytes, TWO_GIB + 1)
+        return StandInTensor(dtype, tuple(shape), align, nbytes)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    raise SpecError(f"unsupported argument value {value!r}", path=path, field=field,
+                    fix="use a tensor ({tensor: bf16}), an int, a float, a bool or null")
+
+
+def constexpr_value(value: Any, *, path: str, field: str) -> Any:
+    if isinstance(value, dict):
+        if set(value) != {"dtype"}:
+            raise SpecError("a constexpr mapping must be {dtype: NAME}", path=path, field=field)
+        import triton.language as tl
+
+        name = str(value["dtype"])
+        attr = _TL_DTYPES.get(name, name)
+        dtype = getattr(tl, attr, None)
+        if not isinstance(dtype, tl.dtype):
+            raise SpecError(f"unknown dtype {name!r}", path=path, field=field, fix=f"one of {sorted(_TL_DTYPES)}")
+        return dtype
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise SpecError(f"constexpr value {value!r} of type {type(value).__name__} is not allowed", path=path,
+                    field=field, fix="use an int, float, bool, string or {dtype: NAME}")
+
+
+def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
+    """Import the spec's module (only from the configured roots) and return its JITFunction.
+
+    The module is loaded once per process in a namespace of its own (`_load_isolated`), and the
+    project files the load imported are recorded for the result cache (`kernel_dependencies`).
+    """
+    from triton.runtime.jit import JITFunction
+
+    loaded = _LOADED.get(_load_key(spec))
+    if loaded is None:
+        loaded = _load_isolated(spec, roots)
+        _LOADED[_load_key(spec)] = loaded
+    module = loaded.module
+    fn = getattr(module, spec.function, None)
+    if fn is None:
+        names = [n for n in dir(module) if isinstance(getattr(module, n), JITFunction)]
+        near = difflib.get_close_matches(spec.function, names, n=1)
+        fix = f"did you mean {near[0]!r}?" if near else f"kernels in the module: {', '.join(names) or 'none'}"
+        raise SpecError(f"no function {spec.function!r} in the module", path=spec.spec_path, field="function", fix=fix)
+    if not isinstance(fn, JITFunction):
+        raise SpecError(f"{spec.function!r} is a {type(fn).__name__}, not a @triton.jit kernel", path=spec.spec_path,
+                        field="function", fix="decorate it with @triton.jit (autotuned kernels: name the inner jit fn)")
+    return fn
+
+
+def kernel_dependencies(spec: KernelSpec) -> dict[str, str | None] | None:
+    """What compiling `spec`'s kernel used -> SHA-256 (None: must stay absent), or None if not loaded: the files
+    and environment variables (`$NAME`) its module's load read, and the project files its compiles read."""
+    loaded = _LOADED.get(_load_key(spec))
+    return {**loaded.dependencies, **loaded.compile_reads} if loaded is not None else None
+
+
+@dataclass
+class _LoadedModule:
+    module: Any
+    dependencies: dict[str, str | None]     # what the load read: files, and `$NAME` for a variable
+    compile_reads: dict[str, str | None] = field(default_factory=dict)   # files its compiles read, so far
+
+
+# Per process: a forked compile worker loads each spec's module once, however many cells it compiles.
+_LOADED: dict[tuple, _LoadedModule] = {}
+
+# Kernel files never live here, and reading some of these never ends.
+_SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
+# Always the environment, wherever they are installed from (an editable Triton is still the toolchain).
+_ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
+_XISA_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+# A depfile entry `$NAME` stands for the environment variable NAME (a path is always absolute).
+ENVIRONMENT_ENTRY = "$"
+
+
+def dependency_digest(name: str) -> str | None:
+    """A depfile entry's SHA-256 now: a file's bytes, or a `$NAME` variable's value; None when absent."""
+    if name.startswith(ENVIRONMENT_ENTRY):
+        value = os.environ.get(name[len(ENVIRONMENT_ENTRY):])
+        return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+    return file_sha256(name)
+
+
+def _load_key(spec: KernelSpec) -> tuple:
+    return (str(spec.spec_file), str(spec.source_file), spec.module)
+
+
+def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
+    """Import the kernel module with no project module of an earlier load in sight, record what it read, and
+    undo what it changed in the process.
+
+    A long-lived worker would otherwise keep the first `common` it imported and hand it to every later
+    kernel doing `from common import f`, whatever folder that kernel is in. So the project's modules
+    (everything outside the standard library and installed packages) are set aside during the load,
+    the ones the load added are dropped after it (the kernel keeps references to what it uses), and
+    sys.path is restored. So are the environment and Triton's knobs: a module that set one would change
+    how every later kernel in the worker compiles; one that changes compilation is refused. Project
+    modules are compiled from their source, never from a __pycache__ entry (trusted by mtime and size,
+    so an edit that keeps both would run the old code). The kernel module itself stays registered for
+    the on-device checks.
+    """
+    global _READS, _ENV_READS
+    if not _READS_HOOKED:
+        _hook_reads()
+    saved_path = list(sys.path)
+    saved_environ, saved_knobs = dict(os.environ), _knob_settings()
+    set_aside = {name: module for name, module in list(sys.modules.items()) if _is_project_module(name, module)}
+    for name in set_aside:
+        del sys.modules[name]
+    before = set(sys.modules)
+    _READS, _ENV_READS = reads, variables = [], set()
+    try:
+        with _watched_environment(), _from_source():
+            module = _import_kernel_module(spec, roots)
+        _READS, _ENV_READS = None, None  # hashing the files below reads them too
+        added = {name: sys.modules[name] for name in set(sys.modules) - before}
+        dependencies = _dependency_files(added, reads)
+        dependencies.update({ENVIRONMENT_ENTRY + name: dependency_digest(ENVIRONMENT_ENTRY + name)
+                             for name in sorted(variables) if not toolchain_variable(name)})
+    finally:
+        _READS, _ENV_READS = None, None
+        for name in set(sys.modules) - before:
+            added = sys.modules[name]   # an object put there in a module's place (`sys.modules[__name__] = ...`) too
+            if _is_project_module(name, added) or not isinstance(added, types.ModuleType):
+                del sys.modules[name]
+        sys.modules.update(set_aside)
+        sys.path[:] = saved_path
+        changed = _restore_process(saved_environ, saved_knobs)
+    if changed:
+        raise SpecError(f"loading {spec.source_file.name if spec.source_file else spec.module} set {changed}: it "
+                        "changes how Triton compiles this kernel and every later one in the process, so a result "
+                        "would depend on which kernel loaded first", path=spec.spec_path,
+                        field="source" if spec.source_file else "module",
+                        fix="remove the setting from the module (xisa compiles every kernel as a default launch)")
+    sys.modules[module.__name__] = module
+    return _LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())))
+
+
+@contextlib.contextmanager
+def _from_source() -> Iterator[None]:
+    """Compile the modules a load imports from source and write no bytecode: no __pycache__ is found under a
+    prefix below os.devnull, which is never a folder."""
+    saved = sys.dont_write_bytecode, sys.pycache_prefix
+    sys.dont_write_bytecode, sys.pycache_prefix = True, os.path.join(os.devnull, "xisa")
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode, sys.pycache_prefix = saved
+
+
+# Variables read through os.environ while a kernel module loads (None: no load under way).
+_ENV_READS: set[str] | None = None
+
+
+class _WatchedEnvironment(MutableMapping):
+    """os.environ while a kernel module loads: the same variables, each name read noted (a module sizing a kernel
+    from `os.environ.get("BLOCK")` depends on it). A module that kept it keeps a working os.environ."""
+
+    def __init__(self, environ):
+        self._environ = environ
+
+    def __getitem__(self, name):
+        if _ENV_READS is not None and isinstance(name, str):
+            _ENV_READS.add(name)
+        return self._environ[name]
+
+    def __setitem__(self, name, value):
+        self._environ[name] = value
+
+    def __delitem__(self, name):
+        del self._environ[name]
+
+    def __iter__(self):
+        return iter(self._environ)
+
+    def __len__(self):
+        return len(self._environ)
+
+    def copy(self) -> dict[str, str]:
+        return self._environ.copy()
+
+    def __or__(self, other):
+        return self._environ | other
+
+
+@contextlib.contextmanager
+def _watched_environment() -> Iterator[None]:
+    real = os.environ
+    os.environ = _WatchedEnvironment(real)   # os.getenv reads the module's `environ` too
+    try:
+        yield
+    finally:
+        os.environ = real
+
+
+def _knob_settings() -> dict[str, dict[str, Any]]:
+    """Triton's knobs as code has set them: each group's own attributes (an unset knob reads the environment)."""
+    from triton import knobs
+
+    return {name: dict(vars(group)) for name, group in vars(knobs).items() if isinstance(group, knobs.base_knobs)}
+
+
+def _restore_process(environ: dict[str, str], knob_settings: dict[str, dict[str, Any]]) -> str | None:
+    """Put the environment and Triton's knobs back as they were; the first change that alters compilation, named."""
+    from triton import knobs
+
+    changed: list[str] = []
+    for name in sorted(set(os.environ) | set(environ)):
+        if os.environ.get(name) != environ.get(name):
+            if changes_compilation(name):
+                changed.append(name)
+            if name in environ:
+                os.environ[name] = environ[name]
+            else:
+                del os.environ[name]
+    for group_name, saved in knob_settings.items():
+        group = getattr(knobs, group_name)
+        settings = vars(group)
+        for attribute in sorted(set(settings) | set(saved)):
+            now, before = settings.get(attribute, saved), saved.get(attribute, saved)
+            if now is before or (now is not saved and before is not saved and now == before):
+                continue
+            descriptor = group.knob_descriptors.get(attribute)
+            variable = getattr(descriptor, "key", None)
+            if changes_compilation(variable) if variable else attribute not in HARMLESS_KNOB_ATTRIBUTES:
+                changed.append(f"triton.knobs.{group_name}.{attribute}" + (f" ({variable})" if variable else ""))
+        settings.clear()
+        settings.update(saved)
+    return changed[0] if changed else None
+
+
+# Files opened for reading while a kernel module loads (None: no load under way). An audit hook sees
+# every read, so a helper loaded by path (never in sys.modules) or a data file counts too.
+_READS: list[str] | None = None
+_READS_HOOKED = False
+
+
+def _hook_reads() -> None:
+    global _READS_HOOKED
+
+    def note_read(event: str, args: tuple) -> None:
+        if event == "open" and _READS is not None:
+            path, _, flags = args
+            if isinstance(path, (str, bytes, os.PathLike)) and isinstance(flags, int) \
+                    and flags & os.O_ACCMODE == os.O_RDONLY:
+                _READS.append(os.fsdecode(os.fspath(path)))
+
+    sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load or a compile
+    _READS_HOOKED = True
+
+
+@dataclass
+class _Compile:
+    loaded: _LoadedModule
+    reads: list[str]                  # every file opened for reading so far
+    reused: dict[str, str | None]     # what the compiles behind a Triton cache entry it reused read
+
+
+# The compile under way in this process (None: none), and the folders whose files it reads as its own
+# output (Triton's cache), never a dependency.
+_COMPILING: _Compile | None = None
+_OUTPUT_FOLDERS: tuple[str, ...] = ()
+
+
+def ignore_reads_under(*folders: str) -> None:
+    global _OUTPUT_FOLDERS
+    _OUTPUT_FOLDERS = tuple(os.path.join(os.path.abspath(folder), "") for folder in folders if folder)
+
+
+@contextlib.contextmanager
+def compiling(spec: KernelSpec) -> Iterator[None]:
+    """Record the project files a compile of `spec`'s loaded kernel reads (a table that a constexpr function
+    opens when it runs, not when its module loads) into the module's dependencies."""
+    global _READS, _COMPILING
+    if not _READS_HOOKED:
+        _hook_reads()
+    loaded = _LOADED[_load_key(spec)]
+    _COMPILING = _Compile(loaded, [], {})
+    _READS = _COMPILING.reads
+    try:
+        yield
+    finally:
+        loaded.compile_reads.update(compile_reads())
+        _READS, _COMPILING = None, None
+
+
+def compile_reads() -> dict[str, str | None]:
+    """The project files the compile under way has read so far -> SHA-256, with those of a cache entry it reused."""
+    global _READS
+    if _COMPILING is None:
+        return {}
+    recording, _READS = _READS, None  # hashing reads the files too
+    try:
+        paths = [path for path in _COMPILING.reads
+                 if not os.path.abspath(path).startswith((*_OUTPUT_FOLDERS, _XISA_FOLDER))]
+        return {**_dependency_files({}, paths), **_COMPILING.reused}
+    finally:
+        _READS = recording
+
+
+def note_compile_reads(paths: list[str]) -> None:
+    """Files the compile under way reads outside Python (the assembler's `.include`), from the working folder."""
+    if _COMPILING is not None:
+        _COMPILING.reads.extend(os.path.abspath(path) for path in paths)
+
+
+def reused_compile_reads(reads: dict[str, str | None]) -> None:
+    """A Triton cache entry the compile under way reused: what its own compile read counts as read now."""
+    if _COMPILING is not None:
+        _COMPILING.reused.update(reads)
+
+
+def load_digest() -> str:
+    """One digest of what the load of the kernel now compiling read (files, variables); '' outside a compile."""
+    if _COMPILING is None:
+        return ""
+    return hashlib.sha256(json.dumps(_COMPILING.loaded.dependencies, sort_keys=True).encode()).hexdigest()
+
+
+def _import_kernel_module(spec: KernelSpec, roots: list[Path]):
+    if spec.source_file is not None:
+        source = spec.source_file
+        if not any(_within(source, root) for root in roots):
+            raise SpecError(f"{source} is outside the project's kernel roots", path=spec.spec_path, field="source",
+                            fix="keep kernel sources inside the project")
+        module_name = f"xisa_kernels.{spec.name}.{source.stem}"
+        sys.path.insert(0, str(source.parent))  # `from common import f` beside the kernel
+        loader_spec = importlib.util.spec_from_file_location(module_name, source)
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[module_name] = module
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise SpecError(f"importing {source.name} failed: {type(exc).__name__}: {exc}",
+                            path=spec.spec_path, field="source") from None
+        return module
+    try:
+        module = importlib.import_module(spec.module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and missing != spec.module and spec.module.startswith(missing + "."):
+            raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: its parent package "
+                            f"{missing!r} was not found", path=spec.spec_path, field="module",
+                            fix=f"add {missing.replace('.', '/')}/__init__.py under the project root, or put "
+                                "its parent folder on PYTHONPATH") from None
+        raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: {exc}", path=spec.spec_path,
+                        field="module") from None
+    except Exception as exc:
+        raise SpecError(f"cannot import module {spec.module!r}: {type(exc).__name__}: {exc}",
+                        path=spec.spec_path, field="module") from None
+    origin = Path(getattr(module, "__file__", "") or "")
+    if not any(_within(origin, root) for root in roots):
+        raise SpecError(f"module {spec.module!r} lives outside the project's kernel roots ({origin})",
+                        path=spec.spec_path, field="module")
+    return module
+
+
+def _is_project_module(name: str, module: Any) -> bool:
+    """A module of the project: not built in, not in the standard library or an installed package."""
+    if name.partition(".")[0] in _ENVIRONMENT_PACKAGES:
+        return False
+    try:
+        namespace = vars(module)  # never getattr: a lazy module would import on attribute access
+    except TypeError:
+        return False
+    file = namespace.get("__file__")
+    if file:
+        return not _in_environment(file)
+    paths = namespace.get("__path__")  # a namespace package: its folders
+    try:
+        return bool(paths) and any(not _in_environment(p) for p in list(paths))
+    except TypeError:
+        return False
+
+
+def _dependency_files(added: dict[str, Any], reads: list[str]) -> dict[str, str | None]:
+    """The project files a load read and the files of the project modules it added, with their SHA-256
+    (a namespace package's missing __init__.py as None: one appearing would change what the import runs).
+    Bytecode caches are left out: they follow their sources."""
+    files: dict[str, str | None] = {}
+    for path in reads:
+        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS) or _in_environment(path):
+            continue
+        if os.path.isfile(path):
+            files[os.path.abspath(path)] = file_sha256(path)
+    for name, module in added.items():
+        if not _is_project_module(name, module):
+            continue
+        namespace = vars(module)
+        file = namespace.get("__file__")
+        if file:
+            files[os.path.abspath(file)] = file_sha256(file)
+        else:
+            for folder in list(namespace.get("__path__") or []):
+                files[os.path.join(os.path.abspath(folder), "__init__.py")] = None
+    return dict(sorted(files.items()))
+
+
+def file_sha256(path: str) -> str | None:
+    """SHA-256 of a file's bytes; None when it does not exist (or cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_environment(path: str) -> bool:
+    path = os.path.abspath(path)
+    real = os.path.realpath(path)
+    return any(p.startswith(root) for root in _environment_roots() for p in (path, real))
+
+
+@functools.lru_cache(maxsize=1)
+def _environment_roots() -> tuple[str, ...]:
+    """The standard library's and the installed packages' folders (the toolchain identity covers them)."""
+    import site
+    import sysconfig
+
+    folders: set[str] = set()
+    for variables in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
+        paths = sysconfig.get_paths(vars=variables) if variables else sysconfig.get_paths()
+        folders.update(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths)
+    try:
+        folders.update(site.getsitepackages())
+        folders.add(site.getusersitepackages())
+    except AttributeError:  # an old virtualenv's site module
+        pass
+    roots = set()
+    for folder in folders:
+        for variant in (os.path.abspath(folder), os.path.realpath(folder)):
+            roots.add(os.path.join(variant, ""))
+    return tuple(sorted(roots))
+
+
+def _within(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+@dataclass
+class BoundCell:
+    """What a launch with the case's arguments would hand to the compiler."""
+
+    fn: Any
+    signature: dict[str, str]        # param -> Triton type ("*bf16", "i32", "constexpr", ...)
+    constexprs: dict[tuple, Any]     # Triton's path-keyed constexprs
+    attrs: dict[tuple, list]         # Triton's path-keyed attrs
+    options: Any                     # the backend's options dataclass
+    target: Any                      # GPUTarget
+
+    def signature_record(self) -> dict[str, Any]:
+        names = list(self.signature)
+        constexprs = {}
+        for path, value in self.constexprs.items():
+            constexprs[_path_name(names, path)] = _plain(value)
+        attrs = {}
+        for path, values in self.attrs.items():
+            if values:
+                attrs[_path_name(names, path)] = [f"{k}={v}" for k, v in values]
+        return {"signature": dict(self.signature), "constexprs": constexprs, "attrs": attrs}
+
+    def options_record(self) -> dict[str, Any]:
+        return {k: _plain(v) for k, v in sorted(vars(self.options).items()) if k not in ("extern_libs", "arch")}
+
+
+def _path_name(names: list[str], path: tuple) -> str:
+    return ".".join([names[path[0]], *map(str, path[1:])])
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    inner = getattr(value, "value", None)
+    if inner is not None and type(value).__name__ == "constexpr":
+        return _plain(inner)
+    return str(value)
+
+
+def bind_cell(cell: Cell, fn) -> BoundCell:
+    """Run Triton's runtime binder on the cell's stand-ins, exactly as `JITFunction.run` does."""
+    spec = cell.kernel
+    path = spec.spec_path
+    where = cell.field_path or "case"
+    params = {p.name: p for p in fn.params}
+    kwargs: dict[str, Any] = {}
+    for name, value in cell.args.items():
+        param = params.get(name)
+        if param is None:
+            raise _unknown_param(name, params, path, f"{where}.args.{name}")
+        if param.is_constexpr:
+            raise BindError(f"{name!r} is a tl.constexpr parameter", path=path, field=f"{where}.args.{name}",
+                            fix="move it under `constexprs`")
+        kwargs[name] = make_standin(value, path=path, field=f"{where}.args.{name}")
+    for name, value in cell.constexprs.items():
+        param = params.get(name)
+        if param is None:
+            raise _unknown_param(name, params, path, f"{where}.constexprs.{name}")
+        if not param.is_constexpr:
+            raise BindError(f"{name!r} is a runtime parameter, not a tl.constexpr", path=path,
+                            field=f"{where}.constexprs.{name}", fix="move it under `args`")
+        kwargs[name] = constexpr_value(value, path=path, field=f"{where}.constexprs.{name}")
+    missing = [n for n, p in params.items() if n not in kwargs and not p.has_default]
+    if missing:
+        section = "constexprs" if params[missing[0]].is_constexpr else "args"
+        raise BindError(f"parameter {missing[0]!r} has no value for target {cell.target.name}", path=path,
+                        field=f"{where}.{section}", fix=f"add {section}: {{{missing[0]}: ...}}")
+    return bind_values(fn, cell.target.gpu_target(), kwargs, cell.options, path=path, where=where,
+                       target_name=cell.target.name)
+
+
+def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, Any], *, path: str = "",
+                where: str = "case", target_name: str = "") -> BoundCell:
+    """Triton's runtime binder on argument values (stand-ins or real tensors), as `JITFunction.run` calls it."""
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    params = {p.name: p for p in fn.params}
+    backend = make_backend(target)
+    option_fields = _option_fields(backend, target)
+    for name, value in launch_options.items():
+        if name not in option_fields:
+            near = difflib.get_close_matches(name, sorted(option_fields), n=1)
+            fix = f"did you mean {near[0]!r}?" if near else "see the backend's options"
+            raise BindError(f"unknown launch option {name!r} for {target_name or target.backend}", path=path,
+                            field=f"{where}.options.{name}", fix=fix)
+        if name in params:
+            raise BindError(f"option {name!r} shadows a kernel parameter", path=path, field=f"{where}.options.{name}")
+    # The launch adds these two to its kwargs before binding (JITFunction.run).
+    launch_kwargs = {**kwargs, **launch_options, "debug": False}
+    if "instrumentation_mode" in option_fields:  # Triton 3.7+
+        launch_kwargs["instrumentation_mode"] = ""
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    try:
+        bound_args, specialization, options = binder(**launch_kwargs)
+        options, signature, constexprs, attrs = fn._pack_args(backend, launch_kwargs, bound_args, specialization,
+                                                               options)
+    except (TypeError, KeyError, ValueError, AssertionError) as exc:
+        raise BindError(f"Triton's binder refused the case: {type(exc).__name__}: {exc}", path=path,
+                        field=where) from None
+    return BoundCell(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs, options=options, target=target)
+
+
+def _option_fields(backend, target) -> set[str]:
+    import dataclasses
+
+    options_cls = type(backend.parse_options({}))
+    return {f.name for f in dataclasses.fields(options_cls)}
+
+
+def _unknown_param(name: str, params: dict, path: str, field: str) -> BindError:
+    near = difflib.get_close_matches(name, list(params), n=1)
+    fix = f"did you mean {near[0]!r}?" if near else f"the kernel's parameters: {', '.join(params)}"
+    return BindError(f"the kernel has no parameter {name!r}", path=path, field=field, fix=fix)

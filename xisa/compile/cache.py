@@ -1,0 +1,361 @@
+"""A result cache private to xisa, keyed by everything that can change a cell's codegen.
+
+An unchanged cell is answered from here without importing Triton. The key names the cell, its spec
+and kernel files, the toolchain, the pinned environment and xisa's own code; each entry also
+carries a depfile: every project file the compile's kernel load imported or read, every environment
+variable it read (`$NAME`), and every project file the compile itself read, with their SHA-256, as
+recorded by the worker (`xisa.compile.bind.kernel_dependencies`). An entry whose depfile no longer matches
+is a miss (as ccache's manifests). Triton's own cache, behind it, is keyed on the kernel's source:
+its entries are salted with what the load read and carry what their compile read, so a miss here is
+never answered there from old files. A corrupt entry is a miss; an entry or folder that another
+user owns or could have written is refused: its results could be forged.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from xisa.analyze.amdgcn import assembled_files
+from xisa.compile.bind import (compile_reads, dependency_digest, load_digest, note_compile_reads,
+                       reused_compile_reads)
+from xisa.errors import ToolchainError
+from xisa.compile.result import CellResult
+from xisa.spec.cases import Cell
+from xisa.compile.toolchain import PINNED_ENV, unclassified_environment
+
+CACHE_FORMAT = 2
+RESULTS = "results"
+TRITON = "triton"      # Triton's own cache, private to xisa
+TIMINGS = "timings.json"
+TRITON_ENTRY_READS = "xisa-reads.json"   # in each Triton cache entry: the files its compile read
+
+
+@lru_cache(maxsize=1)
+def xisa_identity() -> str:
+    """The code that turns a cell into a result: a change to it must not be answered from old entries."""
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted([*package.glob("analyze/*.py"), *package.glob("spec/*.py"), *package.glob("compile/*.py"),
+                        *(package / name for name in ("errors.py", "names.py", "yamlio.py"))]):
+        digest.update(path.relative_to(package).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def toolchain_identity() -> str:
+    """The installed Triton build (its RECORD covers the bundled LLVM, lld and ptxas), the files of a Triton
+    imported from elsewhere, and the installed packages' versions (a kernel may import one), read without
+    importing anything."""
+    try:
+        dist = metadata.distribution("triton")
+    except metadata.PackageNotFoundError:
+        return "none"
+    record = (dist.read_text("RECORD") or "") + _triton_outside_its_wheel(dist)
+    installed = set()
+    for folder in sys.path:
+        try:
+            installed.update(n for n in os.listdir(folder or ".") if n.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            continue
+    packages = hashlib.sha256("\n".join(sorted(installed)).encode()).hexdigest()[:16]
+    return f"{dist.version}:{hashlib.sha256(record.encode()).hexdigest()[:16]}:{packages}"
+
+
+def _triton_outside_its_wheel(dist) -> str:
+    """'' when `import triton` finds the files the wheel's RECORD lists; else (a source checkout on PYTHONPATH,
+    an editable install, whose RECORD says nothing of them) the path, size and mtime of each of its files."""
+    found = importlib.util.find_spec("triton")   # finds the package without importing it
+    origin = found.origin if found is not None else None
+    if origin is None or os.path.abspath(origin) == os.path.abspath(dist.locate_file("triton/__init__.py")):
+        return ""
+    lines = [os.path.abspath(origin)]
+    for folder, subfolders, files in os.walk(os.path.dirname(origin)):
+        subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
+        for name in sorted(files):
+            try:
+                info = os.stat(os.path.join(folder, name))
+            except OSError:
+                continue
+            lines.append(f"{os.path.join(folder, name)} {info.st_size} {info.st_mtime_ns}")
+    return "\n".join(lines)
+
+
+def cell_key(cell: Cell, roots: tuple[Path, ...]) -> str:
+    """What the compile of `cell` depends on, apart from the files its load imports (the entry's depfile).
+
+    The spec and kernel paths and sys.path are in it because they decide which files an import finds.
+    """
+    spec = cell.kernel
+    payload = {
+        "format": CACHE_FORMAT, "xisa": xisa_identity(), "toolchain": toolchain_identity(),
+        "pinned": PINNED_ENV, "environment": unclassified_environment(), "target": cell.target.summary(),
+        "kernel": spec.name, "function": spec.function, "case": cell.case, "args": cell.args,
+        "constexprs": cell.constexprs, "options": cell.options, "spec": str(spec.spec_file),
+        "source": str(spec.source_file) if spec.source_file else None, "module": spec.module,
+        "roots": [str(r) for r in roots], "sys_path": list(sys.path),
+    }
+    blob = json.dumps(payload, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _digest(record: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+# --- trust: a cache folder or entry someone else could have written is refused ---------------------
+
+def check_private(path: Path, info: os.stat_result, what: str) -> None:
+    """Refuse `path` unless this user owns it and no one else can write it (a link counts as foreign)."""
+    if stat.S_ISLNK(info.st_mode):
+        raise ToolchainError(f"{path}: the {what} is a symbolic link, so its results could come from anywhere",
+                             fix=f"remove {path} (xisa makes its cache folders itself)")
+    if info.st_uid != os.geteuid():
+        raise ToolchainError(f"{path}: the {what} belongs to another user (uid {info.st_uid}), so its results "
+                             "could be forged",
+                             fix="point XISA_CACHE_DIR at a folder of your own" if what == "cache folder" else
+                             f"remove {path}, or run xisa cache clear")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ToolchainError(f"{path}: the {what} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}), "
+                             "so its results could be forged",
+                             fix=f"chmod go-w {path} and run xisa cache clear, or point XISA_CACHE_DIR at a folder "
+                                 "only you can write")
+
+
+def open_cache_folder(cache_dir: Path) -> None:
+    """Make the cache folder (private to this user) and refuse one that is not ours alone."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = cache_dir.stat()
+    except OSError as exc:
+        raise ToolchainError(f"cannot use {cache_dir} as xisa's cache: {exc.strerror}", field="XISA_CACHE_DIR",
+                             fix="point XISA_CACHE_DIR (or [tool.xisa] cache) at a writable folder") from None
+    check_private(cache_dir, info, "cache folder")
+    for name in (RESULTS, TRITON):
+        _check_subfolder(cache_dir / name)
+    try:  # Triton makes its folders with the umask's mode: this one keeps them private
+        (cache_dir / TRITON).mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        pass  # a full disk: Triton's writes fall back to a temp folder (triton_cache_class)
+
+
+def _check_subfolder(path: Path) -> None:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ToolchainError(f"{path}: cannot read the cache folder: {exc.strerror}",
+                             fix="fix its permissions or run xisa cache clear") from None
+    check_private(path, info, "cache folder")
+
+
+def clear_cache(cache_dir: Path) -> int:
+    """Remove everything xisa keeps in `cache_dir` (results, Triton's cache, timings); the number of results.
+
+    A cache folder of another user is refused, not emptied; links are removed, never followed.
+    """
+    try:
+        info = cache_dir.stat()
+    except FileNotFoundError:
+        return 0
+    if info.st_uid != os.geteuid():
+        check_private(cache_dir, info, "cache folder")
+    results = cache_dir / RESULTS
+    count = sum(1 for _ in results.rglob("*.json")) if results.is_dir() and not results.is_symlink() else 0
+    for entry in cache_dir.iterdir():
+        if entry.name not in (RESULTS, TRITON, TIMINGS) and not entry.name.startswith(".tmp-"):
+            continue  # not ours: leave it
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    return count
+
+
+# --- the result cache ------------------------------------------------------------------------------
+
+class ResultCache:
+    def __init__(self, directory: Path):
+        self.directory = directory / RESULTS
+        self._file_hashes: dict[str, str | None] = {}   # one hash per file per run
+        self._checked: set[Path] = set()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def _file_hash(self, path: str) -> str | None:
+        if path not in self._file_hashes:
+            self._file_hashes[path] = dependency_digest(path)
+        return self._file_hashes[path]
+
+    def dependencies_hold(self, dependencies: dict[str, str | None]) -> bool:
+        return all(self._file_hash(path) == digest for path, digest in dependencies.items())
+
+    def get(self, key: str) -> CellResult | None:
+        path = self._path(key)
+        if path.parent not in self._checked:
+            _check_subfolder(path.parent)
+            self._checked.add(path.parent)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                check_private(path, path.lstat(), "cache entry")
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            check_private(path, os.fstat(handle.fileno()), "cache entry")
+            raw = handle.read()
+        try:
+            data = json.loads(raw)
+            dependencies = data["dependencies"]
+            if (data.get("key") != key or data.get("digest") != _digest({"result": data["result"],
+                                                                          "dependencies": dependencies})):
+                return None
+            if not isinstance(dependencies, dict) or not dependencies or not self.dependencies_hold(dependencies):
+                return None  # a file the compile imported changed (or the entry has no depfile)
+            result = CellResult.from_cache(data["result"])
+            stream = result.analysis.stream_text if result.analysis else ""
+            if result.analysis and hashlib.sha256(stream.encode()).hexdigest() != result.analysis.sha256:
+                return None
+            return result
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None  # corrupt: compile again
+
+    def put(self, key: str, result: CellResult, dependencies: dict[str, str | None] | None) -> None:
+        # Only successful compiles with a depfile are kept: an error may come from a hang or a crash worth retrying.
+        if not result.ok or not dependencies:
+            return
+        path = self._path(key)
+        record = result.to_cache()
+        text = json.dumps({"key": key, "digest": _digest({"result": record, "dependencies": dependencies}),
+                           "result": record, "dependencies": dependencies}, sort_keys=True)
+        try:
+            path.parent.parent.mkdir(exist_ok=True, mode=0o700)
+            path.parent.mkdir(exist_ok=True, mode=0o700)
+        except OSError:
+            return  # a cache that cannot be written only costs speed
+        write_private(path, text)
+
+    def clear(self) -> int:
+        return clear_cache(self.directory.parent)
+
+
+def write_private(path: Path, text: str) -> bool:
+    """Write `text` to `path` through a temp file and a rename; on failure (a full disk) leave nothing behind."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+        return True
+    except BaseException as exc:   # a full disk, or a signal unwinding the run: no temp file left either way
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if not isinstance(exc, OSError):
+            raise
+        return False  # a cache that cannot be written only costs speed
+
+
+class Timings:
+    """Recorded compile seconds per cell id: the slowest cells start first, shards balance by them."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / TIMINGS
+        try:
+            self.data: dict[str, float] = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(self.data, dict):
+                self.data = {}
+        except (OSError, ValueError):
+            self.data = {}
+
+    def get(self, cell_id: str, default: float = 1.0) -> float:
+        value = self.data.get(cell_id, default)
+        return value if isinstance(value, (int, float)) else default
+
+    def update(self, results: list[CellResult]) -> None:
+        changed = False
+        for result in results:
+            if not result.cached and result.ok:
+                self.data[result.id] = round(result.seconds, 3)
+                changed = True
+        if changed and self.path.parent.is_dir():
+            write_private(self.path, json.dumps(self.data, sort_keys=True))
+
+
+# --- Triton's own cache ----------------------------------------------------------------------------
+
+def triton_cache_class(fallback: str):
+    """Triton's file cache, except that an entry serves only the files and variables its compile used (see
+    above), and a write it cannot make (a full disk, a read-only folder) goes to `fallback` instead of
+    failing the compile, leaving no temp folder behind. Imports Triton."""
+    from triton.runtime.cache import FileCacheManager
+
+    class PrivateTritonCache(FileCacheManager):
+        def __init__(self, key, override=False, dump=False):
+            # Triton's key holds the kernel's source, not what its module's load read (a table that a
+            # constexpr function returns from, a variable): salted with that, an entry serves those alone.
+            salt = load_digest()
+            if salt:
+                key = hashlib.sha256(f"{key}:{salt}".encode()).hexdigest()
+            try:
+                super().__init__(key, override, dump)
+            except OSError:
+                self._fall_back(key)
+
+        def get_group(self, filename):
+            """An entry is reused only while the files its compile read (beyond the load) are unchanged."""
+            group = super().get_group(filename)
+            if group is None:
+                return None
+            try:
+                with open(self._make_path(TRITON_ENTRY_READS), encoding="utf-8") as handle:
+                    reads = json.load(handle)
+                if not all(dependency_digest(path) == digest for path, digest in reads.items()):
+                    return None
+            except (OSError, ValueError, TypeError, AttributeError):
+                return None   # no record of what its compile read: compile again
+            reused_compile_reads(reads)
+            return group
+
+        def put_group(self, filename, group):
+            self.put(json.dumps(compile_reads(), sort_keys=True), TRITON_ENTRY_READS, binary=False)
+            return super().put_group(filename, group)
+
+        def put(self, data, filename, binary=True) -> str:
+            if filename.endswith(".amdgcn") and isinstance(data, str):   # the assembler reads these next
+                note_compile_reads(assembled_files(data))
+            try:
+                return super().put(data, filename, binary)
+            except OSError:
+                # Triton writes through `tmp.pid_<pid>_<uuid>/` in the entry's folder: drop ours.
+                for leftover in Path(self.cache_dir).glob(f"tmp.pid_{os.getpid()}_*"):
+                    shutil.rmtree(leftover, ignore_errors=True)
+                self._fall_back(self.key)
+                return super().put(data, filename, binary)
+
+        def _fall_back(self, key) -> None:
+            self.key = key
+            self.cache_dir = os.path.join(fallback, key)
+            self.lock_path = os.path.join(self.cache_dir, "lock")
+            os.makedirs(self.cache_dir, exist_ok=True)
+
+    return PrivateTritonCache

@@ -1,0 +1,271 @@
+"""Run cells: answer what the cache knows, compile the rest in a pool of warmed, forked workers.
+
+Each worker compiles one cell at a time. A cell that outlives `timeout` or kills its worker becomes
+an error cell and the worker is replaced; the other cells go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from xisa.compile.bind import ignore_reads_under, kernel_dependencies
+from xisa.compile.cache import ResultCache, Timings, cell_key, open_cache_folder, triton_cache_class
+from xisa.compile.cell import compile_cell
+from xisa.compile.result import CellResult
+from xisa.spec.cases import Cell
+from xisa.compile import toolchain
+from xisa.compile.toolchain import apply_pinned_env
+
+# Set in the parent before forking, so workers inherit the cells without pickling them.
+_CELLS: list[Cell] = []
+_ROOTS: list[Path] = []
+_KEEP_STAGES = False
+_PARENT_PID = 0
+_TRITON_FALLBACK = ""   # where Triton's cache writes go when the cache folder cannot take them
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class RunOptions:
+    jobs: int = 0               # 0: the cores this process may use
+    timeout: float = 600.0      # seconds per cell
+    use_cache: bool = True
+    keep_stages: bool = False
+
+
+def _warm() -> None:
+    """Import what every compile needs once, in the parent, so forked workers start warm."""
+    import torch  # noqa: F401  (stand-in dtypes)
+    import triton  # noqa: F401
+    import triton.compiler  # noqa: F401
+    from triton.backends.amd import compiler as _amd  # noqa: F401
+    from triton.backends.nvidia import compiler as _nv  # noqa: F401
+
+    try:  # Triton hashes its own sources for every compile's cache key: once here, not per worker
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except Exception:
+        pass
+
+
+def _die_with_parent() -> None:
+    """A worker dies with xisa, even when xisa is SIGKILLed (else it waits forever on its pipe, ~300 MB),
+    and leaves SIGINT/SIGTERM/SIGHUP to xisa, which stops it: the handlers it inherited would print a
+    traceback here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != _PARENT_PID:  # xisa died before prctl took effect
+        os._exit(1)
+
+
+def _worker_main(conn) -> None:
+    _die_with_parent()
+    _prepare_worker_toolchain()
+    while True:
+        try:
+            index = conn.recv()
+        except EOFError:
+            return
+        if index is None:
+            return
+        conn.send(_compile_one(index))
+
+
+def _prepare_worker_toolchain() -> None:
+    """Triton as a default launch sees it: knobs from the (pinned) environment only, none set in code by
+    the parent process; its cache writes fall back to a temp folder when the cache folder cannot take them."""
+    from triton import knobs
+
+    for group in vars(knobs).values():
+        if isinstance(group, knobs.base_knobs):
+            group.reset()
+    refresh = getattr(knobs, "refresh_knobs", None)  # knobs read once at import (TRITON_DEBUG)
+    if refresh is not None:
+        refresh()
+    knobs.cache.manager_class = triton_cache_class(_TRITON_FALLBACK)
+    ignore_reads_under(os.environ.get("TRITON_CACHE_DIR", ""), _TRITON_FALLBACK)   # a compile's own output
+
+
+def _compile_one(index: int) -> tuple[int, CellResult, dict[str, str | None] | None]:
+    """A cell's result and its depfile: the project files its kernel's load imported, with their hashes."""
+    cell = _CELLS[index]
+    result = compile_cell(cell, roots=_ROOTS, keep_stages=_KEEP_STAGES)
+    return index, result, kernel_dependencies(cell.kernel)
+
+
+class _Worker:
+    def __init__(self, ctx):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.index: int | None = None
+        self.started = 0.0
+
+    def give(self, index: int) -> None:
+        self.index, self.started = index, time.monotonic()
+        self.conn.send(index)
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self.process.join(timeout=2)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+
+def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options: RunOptions,
+              progress: Callable[[CellResult], None] | None = None) -> list[CellResult]:
+    """Results in the order of `cells`; identical whatever the job count."""
+    # Refused variables and an unsupported Triton make any result untrustworthy, cached answers included.
+    toolchain.check_environment()
+    toolchain.check_supported(toolchain.triton_version())
+    open_cache_folder(cache_dir)
+    # --no-cache compiles every cell but still records the results, so the next run is warm.
+    cache = ResultCache(cache_dir)
+    read_cache = options.use_cache and not options.keep_stages
+    timings = Timings(cache_dir)
+    results: list[CellResult | None] = [None] * len(cells)
+    keys: list[str | None] = [None] * len(cells)
+    todo: list[int] = []
+    for index, cell in enumerate(cells):
+        keys[index] = cell_key(cell, tuple(roots))
+        if read_cache:
+            hit = cache.get(keys[index])
+            if hit is not None:
+                results[index] = hit
+                if progress:
+                    progress(hit)
+                continue
+        todo.append(index)
+    if todo:
+        # Slowest first, so the pool does not end waiting on one long cell.
+        todo.sort(key=lambda i: -timings.get(cells[i].id))
+        pool = _compile_in_pool(cells, todo, roots=roots, cache_dir=cache_dir, options=options)
+        with contextlib.closing(pool):  # interrupted here: stop the workers now, not when the generator is collected
+            for index, result, dependencies in pool:
+                results[index] = result
+                if keys[index] is not None:
+                    cache.put(keys[index], result, dependencies)
+                if progress:
+                    progress(result)
+        timings.update([results[i] for i in todo])
+    return results  # type: ignore[return-value]
+
+
+def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
+    global _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK, _PARENT_PID
+    # --no-cache compiles from nothing: Triton's cache too is a fresh, empty folder for this run.
+    fresh = fallback = None
+    try:
+        fresh = None if options.use_cache else _scratch_folder("xisa-triton-", cache_dir)
+        fallback = _scratch_folder("xisa-triton-fallback-", cache_dir)
+        apply_pinned_env(cache_dir, triton_cache=fresh)
+        _warm()
+        _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK = cells, list(roots), options.keep_stages, str(fallback)
+        _PARENT_PID = os.getpid()
+        yield from _pool(cells, todo, options)
+    finally:
+        for folder in (fresh, fallback):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _scratch_folder(prefix: str, cache_dir: Path) -> Path:
+    """An empty private folder for this run: in the temp folder, else in the cache folder."""
+    for parent in (None, cache_dir):
+        try:
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        except OSError as exc:
+            reason = exc.strerror
+    from xisa.errors import ToolchainError
+
+    raise ToolchainError(f"cannot make a folder for Triton's cache in {tempfile.gettempdir()} or {cache_dir}: "
+                         f"{reason}", field="TMPDIR", fix="free disk space, or point TMPDIR at a writable folder")
+
+
+def _pool(cells, todo, options):
+    jobs = options.jobs or available_cores()
+    jobs = max(1, min(jobs, len(todo)))
+    ctx = multiprocessing.get_context("fork")
+    pending = list(todo)
+    workers = [_Worker(ctx) for _ in range(jobs)]
+    try:
+        while pending or any(w.index is not None for w in workers):
+            for worker in workers:
+                if worker.index is None and pending:
+                    worker.give(pending.pop(0))
+            busy = [w for w in workers if w.index is not None]
+            now = time.monotonic()
+            deadline = min(w.started + options.timeout for w in busy)
+            waitables = [w.conn for w in busy] + [w.process.sentinel for w in busy]
+            ready = wait(waitables, timeout=max(0.0, deadline - now))
+            for position, worker in enumerate(workers):
+                if worker.index is None:
+                    continue
+                if worker.conn in ready:
+                    try:
+                        index, result, dependencies = worker.conn.recv()
+                    except (EOFError, OSError):
+                        index, result, dependencies = worker.index, None, None
+                    if result is not None:
+                        worker.index = None
+                        yield index, result, dependencies
+                        continue
+                if worker.process.sentinel in ready or worker.conn in ready:
+                    code = worker.process.exitcode
+                    yield worker.index, _failed(cells[worker.index], "crash",
+                                                f"the compiler process died (exit code {code}) compiling this cell"), None
+                    worker.kill()
+                    workers[position] = _Worker(ctx)
+                elif time.monotonic() - worker.started >= options.timeout:
+                    yield worker.index, _failed(cells[worker.index], "timeout",
+                                                f"compile took longer than {options.timeout:g} s (--timeout)"), None
+                    worker.kill()
+                    workers[position] = _Worker(ctx)
+    except BaseException:  # interrupted (SIGINT, SIGTERM, SIGHUP) or closed early: no compile is worth waiting for
+        for worker in workers:
+            worker.kill()
+        raise
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def _failed(cell: Cell, kind: str, message: str) -> CellResult:
+    return CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="error",
+                      error=message, error_kind=kind)

@@ -1,0 +1,129 @@
+"""`xisa device` as a library call: gate every selected cell on the GPUs present, run, prove fidelity."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any
+
+from xisa.device.detect import Device, detect_devices, present_targets
+from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
+from xisa.device.launch import (RuntimeResult, diff_bindings, fresh_launch_cache, launch_binding, launch_fingerprint,
+                          run_check)
+from xisa.compile.runner import RunOptions, run_cells
+from xisa.compile.toolchain import check_environment, describe_toolchain, pinned_overrides
+from xisa.workspace import Workspace
+
+
+@dataclass
+class DeviceReport:
+    devices: list[Device]
+    results: list[RuntimeResult]
+    skipped_targets: dict[str, str] = field(default_factory=dict)
+    toolchain: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        if any(r.status == "error" for r in self.results):
+            return EXIT_UNTRUSTED
+        if any(r.status == "fail" for r in self.results):
+            return EXIT_REGRESSION
+        return EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        from xisa.golden.verdict import JSON_SCHEMA_VERSION
+
+        return {"schema": JSON_SCHEMA_VERSION, "kind": "device", "toolchain": self.toolchain,
+                "devices": [{"index": d.index, "name": d.name, "arch": d.arch, "target": d.target}
+                            for d in self.devices],
+                "skipped_targets": self.skipped_targets, "cells": [r.to_json() for r in self.results],
+                "exit_code": self.exit_code}
+
+
+def run_device_tier(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None, options: RunOptions,
+                    devices: list[Device] | None = None, emit: Path | None = None) -> DeviceReport:
+    """`emit`: write each cell's launch and ahead-of-time stages there, to diff a fidelity failure."""
+    devices = detect_devices(ws.targets) if devices is None else devices
+    present = present_targets(devices)
+    chosen, cells = ws.select(arch=arch, kernel=kernel)
+    report = DeviceReport(devices=devices, results=[])
+    for target in chosen:
+        if target.name not in present:
+            report.skipped_targets[target.name] = ("no GPU" if not devices else
+                                                   f"no {target.name} device present (found "
+                                                   + ", ".join(d.arch for d in devices) + ")")
+    runnable = []
+    for cell in cells:
+        if cell.target.name in report.skipped_targets:
+            continue
+        if not cell.runtime:
+            report.results.append(RuntimeResult(cell.kernel.name, cell.case, cell.target.name, "skip",
+                                                "the case names no runtime check"))
+            continue
+        runnable.append(cell)
+    if not runnable:
+        return report
+    check_environment()
+    # Ahead of time first, in forked workers, before this process touches the GPU; the pinned
+    # knobs are then taken back so the launches below see the environment a user's program sees.
+    saved = dict(os.environ)
+    try:
+        if emit is not None:
+            options = RunOptions(jobs=options.jobs, timeout=options.timeout, use_cache=False, keep_stages=True)
+        aot = run_cells(runnable, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir, options=options)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    report.toolchain = describe_toolchain(backends={c.target.backend for c in runnable})
+    fresh_launch_cache()
+    import torch
+
+    for cell, aot_result in zip(runnable, aot):
+        device = present[cell.target.name]
+        torch.cuda.set_device(device.index)
+        result, launch = run_check(cell, torch.device("cuda", device.index), roots=list(ws.project.kernel_roots))
+        report.results.append(result)
+        if launch is None:
+            continue
+        if not aot_result.ok:
+            result.status, result.message = "error", f"ahead-of-time compile failed: {aot_result.error}"
+            continue
+        result.aot_sha256 = aot_result.analysis.sha256
+        try:
+            result.launch_sha256 = launch_fingerprint(cell, launch)
+            result.launch_binding = launch_binding(cell, launch).signature_record()
+        except Exception as exc:  # a parse failure of the launch's asm is untrustworthy, not a pass
+            result.status, result.message = "error", f"cannot fingerprint the launch: {type(exc).__name__}: {exc}"
+            continue
+        result.binding_diff = diff_bindings(aot_result.binding, result.launch_binding)
+        if emit is not None:
+            _emit_pair(emit, cell, launch, aot_result)
+        if result.launch_sha256 != result.aot_sha256:
+            result.status = "fail"
+            overridden = pinned_overrides(saved)
+            why = "; ".join(result.binding_diff) or "same signature and attrs (codegen differs)"
+            if overridden:
+                why += "; the environment sets " + ", ".join(f"{k}={v}" for k, v in overridden.items()) + \
+                       " which xisa pins for ahead-of-time compiles"
+            result.message = f"fidelity: launch {result.launch_sha256[:12]} != ahead-of-time " \
+                             f"{result.aot_sha256[:12]}: {why}"
+    return report
+
+
+def _emit_pair(folder: Path, cell, launch, aot_result) -> None:
+    """The launch's stages and xisa's, side by side: DIR/<kernel>/<case>/<target>/{launch,aot}.<stage>."""
+    from xisa.compile.cell import analyze_compiled
+
+    out = folder / cell.kernel.name / cell.case / cell.target.name
+    out.mkdir(parents=True, exist_ok=True)
+    for stage, content in launch.compiled.asm.items():
+        if stage in ("ttgir", "llir", "ptx", "amdgcn", "sass"):
+            (out / f"launch.{stage}").write_text(str(content), encoding="utf-8")
+    for stage, content in aot_result.stages.items():
+        if stage in ("ttgir", "llir", "ptx", "amdgcn", "sass"):
+            (out / f"aot.{stage}").write_text(str(content), encoding="utf-8")
+    (out / "launch.normalized").write_text(analyze_compiled(cell, launch.compiled, launch.compiled.metadata).stream_text)
+    if aot_result.analysis is not None:
+        (out / "aot.normalized").write_text(aot_result.analysis.stream_text)
+    (out / "launch.metadata").write_text(repr(launch.compiled.metadata), encoding="utf-8")

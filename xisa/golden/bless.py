@@ -1,0 +1,103 @@
+"""Accept the current compile as the goldens of a selection. Never in CI; never a half-written file."""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xisa.errors import GoldenError, UsageError
+from xisa.golden.store import (golden_lock, golden_paths, list_goldens, read_golden, recover_pending, remove_golden,
+                         render_golden, write_golden)
+from xisa.compile.result import CellResult
+from xisa.names import display_path
+from xisa.golden.verdict import matches_filters
+
+
+@dataclass
+class BlessOutcome:
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    skipped_errors: list[str] = field(default_factory=list)
+
+
+def refuse_in_ci(environ: dict[str, str] | None = None) -> None:
+    env = os.environ if environ is None else environ
+    if env.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        raise UsageError("refusing to write goldens: the CI variable is set, and CI never writes",
+                         field="CI", fix="run `xisa bless` locally and commit the goldens")
+
+
+# Older xisa kept its lock as a file in the golden folder, where it got committed; the lock is now
+# the folder itself, so a leftover file of that name is removed by the next bless.
+OLD_LOCK_FILE = ".xisa.lock"
+
+
+def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, toolchains: dict[str, dict[str, str]],
+          stream_files: bool, selected_targets: set[str], kernel_filters: list[str] | None,
+          lock_timeout: float = 30.0) -> BlessOutcome:
+    """Write the goldens of `results`. `toolchains` maps each target to the toolchain facts of its backend
+    (`describe_toolchain(backends={backend})`): a golden records those and nothing about the command or
+    the other targets blessed with it, so an unchanged cell is never rewritten."""
+    refuse_in_ci()
+    outcome = BlessOutcome()
+
+    def show(path: Path) -> str:
+        return display_path(path, display_root)
+
+    try:
+        _bless_locked(results, outcome, show, golden_dir=golden_dir, toolchains=toolchains,
+                      stream_files=stream_files, selected_targets=selected_targets, kernel_filters=kernel_filters,
+                      lock_timeout=lock_timeout)
+    except OSError as exc:  # a full disk, a read-only or non-folder golden path: every golden stays old or new
+        where = show(Path(exc.filename)) if exc.filename else show(golden_dir)
+        reason = ("a regular file is in the way of a folder" if exc.errno in (errno.EEXIST, errno.ENOTDIR)
+                  else exc.strerror or str(exc))
+        raise GoldenError(f"cannot write goldens: {reason} ({len(outcome.written)} written before "
+                          "the failure, every other golden left as it was)", path=where,
+                          fix="free disk space or fix the folder's permissions, then run `xisa bless` again") from None
+    return outcome
+
+
+def _bless_locked(results: list[CellResult], outcome: BlessOutcome, show, *, golden_dir: Path,
+                  toolchains: dict[str, dict[str, str]], stream_files: bool, selected_targets: set[str],
+                  kernel_filters: list[str] | None, lock_timeout: float) -> None:
+    with golden_lock(golden_dir, timeout=lock_timeout):
+        outcome.recovered = [show(p) for p in recover_pending(golden_dir)]
+        old_lock = golden_dir / OLD_LOCK_FILE
+        if old_lock.is_file() and not old_lock.is_symlink():
+            old_lock.unlink()
+            outcome.removed.append(show(old_lock))
+        seen = set()
+        for result in results:
+            key = (result.kernel, result.case, result.target)
+            seen.add(key)
+            if not result.ok:
+                outcome.skipped_errors.append(result.id)
+                continue
+            yaml_path, stream_path = golden_paths(golden_dir, *key)
+            yaml_text, stream_text = render_golden(result, toolchain=toolchains[result.target],
+                                                   stream_file=stream_files)
+            if yaml_path.exists():
+                try:
+                    current = yaml_path.read_text(encoding="utf-8")
+                    read_golden(yaml_path, stream_path, display=show(yaml_path))  # corrupt ones get rewritten
+                    # Byte for byte: a golden in an older layout (with the bless command) is rewritten once.
+                    if current == yaml_text and (stream_text is not None) == stream_path.exists():
+                        outcome.unchanged.append(show(yaml_path))
+                        continue
+                except (OSError, GoldenError):
+                    pass
+            write_golden(yaml_path, stream_path, yaml_text, stream_text)
+            outcome.written.append(show(yaml_path))
+        # Unused goldens go only when the selection is complete: every selected cell compiled.
+        if not outcome.skipped_errors:
+            for key in list_goldens(golden_dir):
+                if key in seen or not matches_filters(*key, selected_targets, kernel_filters):
+                    continue
+                yaml_path, stream_path = golden_paths(golden_dir, *key)
+                remove_golden(yaml_path, stream_path)
+                outcome.removed.append(show(yaml_path))

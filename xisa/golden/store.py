@@ -1,0 +1,329 @@
+"""Golden files: one YAML per (kernel, case, target) and the normalized stream beside it.
+
+Canonical YAML (sorted keys, no aliases, LF, no timestamps, no absolute paths), written through a
+temp file in the same folder and `os.replace`. A corrupt or hand-broken golden is an error, never
+silently regenerated. Layout: golden/<kernel>/<case>/<target>.yaml and <target>.isa
+
+golden/ holds no links: git stores symlinks, so a pull request can plant one that leads outside the
+project, and nothing here reads, writes or deletes through one (each is refused, naming the link).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xisa.analyze.model import Analysis
+from xisa.errors import GoldenError, LockError
+from xisa.fsio import refuse_link
+from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, is_valid_name
+from xisa.compile.result import CellResult
+from xisa.yamlio import dump_yaml, parse_yaml
+
+FORMAT = "xisa-golden/1"
+# `generated_by` (the bless command) is no longer written: a golden is a function of its cell's result
+# alone. Goldens that still carry it are read as before.
+_REQUIRED = {"format": str, "toolchain": dict, "kernel": str, "case": str, "target": str,
+             "binding": dict, "options": dict, "sha256": str, "instructions": int, "blocks": int, "isa": str,
+             "histogram": dict, "base_histogram": dict, "classes": dict, "resources": dict}
+_CONFLICT = re.compile(r"^(<{7}|={7}|>{7})( |$)", re.MULTILINE)
+PENDING_SUFFIX = ".pending"
+
+
+@dataclass
+class Golden:
+    path: Path
+    data: dict[str, Any]
+    stream_text: str | None
+
+    @property
+    def toolchain(self) -> dict[str, str]:
+        return self.data["toolchain"]
+
+    def analysis(self) -> Analysis:
+        return Analysis.from_record(self.data, self.stream_text or "")
+
+
+def golden_paths(golden_dir: Path, kernel: str, case: str, target: str) -> tuple[Path, Path]:
+    """The YAML and stream paths of a cell's golden; refused when a name cannot be a path or a link is on the way."""
+    for kind, value, pattern in (("kernel", kernel, KERNEL_NAME), ("case", case, CASE_NAME),
+                                 ("target", target, TARGET_NAME)):
+        if not is_valid_name(value, pattern):
+            raise GoldenError(f"{kind} name {value!r} cannot become a path", field=kind)
+    folder = golden_dir / kernel / case
+    yaml_path, stream_path = folder / f"{target}.yaml", folder / f"{target}.isa"
+    for path in (golden_dir, folder.parent, folder, yaml_path, stream_path, _pending(yaml_path)):
+        refuse_link(path)
+    return yaml_path, stream_path
+
+
+def _pending(yaml_path: Path) -> Path:
+    return yaml_path.with_name(yaml_path.name + PENDING_SUFFIX)
+
+
+def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file: bool) -> tuple[str, str | None]:
+    """The golden's text: a function of the cell's result and the toolchain facts of its backend only
+    (`describe_toolchain(backends={backend})`), so re-blessing an unchanged cell changes no byte."""
+    analysis = result.analysis
+    assert analysis is not None
+    record = analysis.to_record()
+    data = {
+        "format": FORMAT, "toolchain": dict(toolchain),
+        "kernel": result.kernel, "case": result.case, "target": result.target,
+        "binding": result.binding, "options": result.options, **record,
+        "stream": f"{result.target}.isa" if stream_file else None,
+    }
+    return dump_yaml(data), analysis.stream_text if stream_file else None
+
+
+def read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
+    """Read and validate a golden. A bless killed between its two renames left the new YAML as
+    `<name>.pending` beside a new stream: that pair is read as the new golden (and `bless` finishes it)."""
+    pending = _pending(path)
+    if os.path.lexists(pending):
+        try:
+            return _read_golden(pending, stream_path, display=display)
+        except GoldenError:
+            pass
+    return _read_golden(path, stream_path, display=display)
+
+
+def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
+    refuse_link(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise GoldenError("not UTF-8 text: corrupt golden", path=display, fix="restore it from git or re-bless") from None
+    except OSError as exc:
+        raise GoldenError(f"cannot read: {exc.strerror}", path=display) from None
+    conflict = _CONFLICT.search(text)
+    if conflict:
+        line = text.count("\n", 0, conflict.start()) + 1
+        raise GoldenError(f"merge conflict markers at line {line}", path=display,
+                          fix="resolve the conflict, or run `xisa bless` for this cell and review the result")
+    data = parse_yaml(text, path=display, error=GoldenError)
+    if not isinstance(data, dict):
+        raise GoldenError("not a golden mapping (truncated or hand-edited?)", path=display, fix="restore it or re-bless")
+    if data.get("format") != FORMAT:
+        raise GoldenError(f"format {data.get('format')!r} is not {FORMAT!r}", path=display, field="format",
+                          fix="re-bless with this xisa version")
+    for key, kind in _REQUIRED.items():
+        value = data.get(key)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise GoldenError(f"missing or not a {kind.__name__} (truncated or hand-edited?)", path=display,
+                              field=key, fix="restore it from git or re-bless")
+    if not re.fullmatch(r"[0-9a-f]{64}", data["sha256"]):
+        raise GoldenError("not a SHA-256", path=display, field="sha256")
+    # Absent in goldens of analyzer 1: `check` reports those as made by another analyzer.
+    if data.get("code_sha256") is not None and not re.fullmatch(r"[0-9a-f]{64}", str(data["code_sha256"])):
+        raise GoldenError("not a SHA-256", path=display, field="code_sha256")
+    analyzer = data.get("analyzer", 1)
+    if not isinstance(analyzer, int) or isinstance(analyzer, bool) or analyzer < 1:
+        raise GoldenError("not a positive integer (hand-edited?)", path=display, field="analyzer",
+                          fix="restore it from git or re-bless")
+    if sum(v for v in data["histogram"].values() if isinstance(v, int)) != data["instructions"]:
+        raise GoldenError("histogram does not add up to `instructions` (hand-edited?)", path=display,
+                          field="histogram", fix="restore it from git or re-bless")
+    stream_text = None
+    if data.get("stream"):
+        stream_display = str(Path(display).with_name(stream_path.name))
+        refuse_link(stream_path)
+        try:
+            stream_text = stream_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise GoldenError("stream file is missing", path=stream_display, fix="restore it or re-bless") from None
+        except (OSError, UnicodeDecodeError):
+            raise GoldenError("stream file cannot be read", path=stream_display) from None
+        if hashlib.sha256(stream_text.encode("utf-8")).hexdigest() != data["sha256"]:
+            raise GoldenError(f"stream file disagrees with the SHA-256 in {Path(display).name}", path=stream_display,
+                              fix="restore both files from git or re-bless")
+    return Golden(path=path, data=data, stream_text=stream_text)
+
+
+_TOOLCHAIN_BLOCK = re.compile(r"^toolchain:\n((?:  [a-z_]+: .*\n)+)", re.MULTILINE)
+
+
+def read_golden_toolchain(path: Path) -> dict[str, str] | None:
+    """The `toolchain` of a golden, read without parsing the whole file (a check reads it for every cell
+    before compiling, and a full parse of 120 goldens costs more than a warm check); None when the
+    golden cannot be read or has none, which its full read then reports."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    block = _TOOLCHAIN_BLOCK.search(text)
+    try:
+        data = parse_yaml(block.group(0) if block else text, path=str(path), error=GoldenError)
+    except GoldenError:
+        return None
+    toolchain = data.get("toolchain") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in toolchain.items()} if isinstance(toolchain, dict) else None
+
+
+def _golden_files(golden_dir: Path) -> Iterator[Path]:
+    """Every file in golden/<kernel>/<case>/, sorted. A link anywhere on the way is refused, never followed:
+    a kernel folder linked outside the project would otherwise be listed, its files removed as unused."""
+    refuse_link(golden_dir)
+    if not golden_dir.is_dir():
+        return
+    for kernel_dir in sorted(golden_dir.iterdir()):
+        refuse_link(kernel_dir)
+        if not kernel_dir.is_dir():
+            continue
+        for case_dir in sorted(kernel_dir.iterdir()):
+            refuse_link(case_dir)
+            if not case_dir.is_dir():
+                continue
+            for path in sorted(case_dir.iterdir()):
+                refuse_link(path)
+                yield path
+
+
+def list_goldens(golden_dir: Path) -> list[tuple[str, str, str]]:
+    """(kernel, case, target) of every golden YAML on disk."""
+    return [(path.parent.parent.name, path.parent.name, path.stem) for path in _golden_files(golden_dir)
+            if path.suffix == ".yaml" and path.is_file()]
+
+
+def golden_set_digest(golden_dir: Path) -> str:
+    """SHA-256 over every golden's YAML and stream (relative path and bytes): which goldens a check compared with."""
+    digest = hashlib.sha256()
+    for path in _golden_files(golden_dir):
+        if path.suffix in (".yaml", ".isa") and path.is_file():
+            relative = path.relative_to(golden_dir).as_posix()
+            digest.update(f"{relative}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def pending_files(golden_dir: Path) -> list[Path]:
+    return [path for path in _golden_files(golden_dir) if path.name.endswith(PENDING_SUFFIX)]
+
+
+def _write_temp(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n", opener=_no_follow) as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:  # a full disk mid-write: leave no stray temp file
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return tmp
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT/SIGTERM/SIGHUP wait until a golden's two files are both replaced."""
+    if hasattr(signal, "pthread_sigmask"):
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    else:  # pragma: no cover
+        yield
+
+
+def write_golden(yaml_path: Path, stream_path: Path, yaml_text: str, stream_text: str | None) -> None:
+    """Replace a golden atomically. The new YAML waits as `<name>.pending` until the stream is in place,
+    so even a SIGKILL between the two renames leaves something `recover_pending` completes."""
+    yaml_path.parent.mkdir(parents=True, exist_ok=True)
+    pending = _pending(yaml_path)
+    tmp_yaml = tmp_stream = None
+    try:
+        tmp_yaml = _write_temp(yaml_path, yaml_text)
+        tmp_stream = _write_temp(stream_path, stream_text) if stream_text is not None else None
+        with _signals_deferred():
+            os.replace(tmp_yaml, pending)
+            try:
+                if tmp_stream is not None:
+                    os.replace(tmp_stream, stream_path)
+                elif stream_path.exists():
+                    stream_path.unlink()
+            except BaseException:  # the old stream is still there: the new YAML must not be finished later
+                with contextlib.suppress(OSError):
+                    pending.unlink()
+                raise
+            os.replace(pending, yaml_path)
+            _fsync_dir(yaml_path.parent)
+    finally:
+        for leftover in (tmp_yaml, tmp_stream):
+            if leftover is not None and leftover.exists():
+                leftover.unlink()
+
+
+def remove_golden(yaml_path: Path, stream_path: Path) -> None:
+    with _signals_deferred():
+        for path in (yaml_path, stream_path):
+            if path.exists():
+                path.unlink()
+        for folder in (yaml_path.parent, yaml_path.parent.parent):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+
+
+def recover_pending(golden_dir: Path) -> list[Path]:
+    """Finish a bless that was killed between a golden's renames; drop stray temp files."""
+    finished = []
+    for pending in pending_files(golden_dir):
+        target = pending.with_name(pending.name[: -len(PENDING_SUFFIX)])
+        os.replace(pending, target)
+        finished.append(target)
+    for tmp in _golden_files(golden_dir):
+        if tmp.name.startswith(".") and tmp.name.endswith(".tmp"):
+            tmp.unlink()
+    return finished
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def golden_lock(golden_dir: Path, *, timeout: float = 30.0) -> Iterator[None]:
+    """Serialize writers of one golden folder (two `bless` runs at once).
+
+    The lock is the folder itself (flock on its descriptor), not a file inside it, so nothing that
+    could be committed is ever left in the golden folder, and two checkouts never share a lock."""
+    refuse_link(golden_dir)
+    golden_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(golden_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise LockError(f"another xisa bless is writing this golden folder for more than {timeout:g} s",
+                                    path=str(golden_dir), fix="wait for it to finish, or stop it") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,0 +1,308 @@
+"""Verdicts: every selected cell against its golden, with scopes and expectations.
+
+Pure: takes results and goldens, returns a report object; rendering and writing live elsewhere.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xisa.analyze import ANALYZER_VERSION
+from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, UsageError
+from xisa.analyze.expect import Failure
+from xisa.golden.store import Golden, golden_paths, list_goldens, read_golden
+from xisa.names import closest, display_path
+from xisa.compile.result import CellResult
+from xisa.spec.shard import shard_of
+from xisa.spec.cases import matches_kernel_filter
+
+# The version of every JSON document xisa prints (check, compile, device, targets, kernels); see docs/json-schema.md.
+JSON_SCHEMA_VERSION = 1
+
+SAME, CHANGED, NEW, UNUSED, ERROR, EXPECT_FAILED = "same", "changed", "new", "unused", "error", "expectation-failed"
+RESOURCE_DELTA_KEYS = ("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes",
+                       "occupancy", "registers", "local_bytes", "stack_bytes", "kernarg_bytes")
+
+
+@dataclass(frozen=True)
+class Scope:
+    target: str
+    kernel: str = "*"
+    case: str = "*"
+
+    @classmethod
+    def parse(cls, text: str) -> "Scope":
+        parts = text.split(":")
+        if len(parts) > 3 or not all(parts):
+            raise GoldenError(f"scope {text!r} is not TARGET[:KERNEL[:CASE]]", field="--scope",
+                              fix="e.g. --scope 'gfx11*' or --scope gfx942:sparse_mla")
+        return cls(*parts)
+
+    def covers(self, kernel: str, case: str, target: str) -> bool:
+        return (fnmatch.fnmatchcase(target, self.target) and fnmatch.fnmatchcase(kernel, self.kernel)
+                and fnmatch.fnmatchcase(case, self.case))
+
+
+def check_scopes(scopes: list[str], *, targets: list[str], cases: dict[str, list[str]]) -> list[Scope]:
+    """Each --scope parsed, and refused when a part matches nothing the project knows (a typo would
+    otherwise allow nothing and say so nowhere): `cases` maps each kernel to its case names."""
+    parsed = []
+    for text in scopes:
+        scope = Scope.parse(text)
+        parsed.append(scope)
+        kernels = [k for k in sorted(cases) if fnmatch.fnmatchcase(k, scope.kernel)]
+        if not any(fnmatch.fnmatchcase(t, scope.target) for t in targets):
+            part, known, what = scope.target, sorted(targets), "target"
+        elif not kernels:
+            part, known, what = scope.kernel, sorted(cases), "kernel"
+        elif not any(fnmatch.fnmatchcase(c, scope.case) for k in kernels for c in cases[k]):
+            part, known, what = scope.case, sorted({c for k in kernels for c in cases[k]}), f"case of {', '.join(kernels)}"
+        else:
+            continue
+        near = closest(part, known)
+        if what == "target" and text == scope.target and any(fnmatch.fnmatchcase(k, text) for k in cases):
+            near = f"*:{text}"    # a kernel's name alone: the first part of a scope is always the target
+        raise UsageError(f"scope {text!r}: {part!r} matches no {what}", field="--scope",
+                         fix=f"did you mean {near!r}?" if near else "see `xisa kernels` and `xisa targets`")
+    return parsed
+
+
+@dataclass
+class Delta:
+    instructions: tuple[int, int]
+    histogram: list[tuple[str, int, int]]            # (mnemonic, base, head), largest change first
+    resources: dict[str, tuple[Any, Any]]
+    # (field, base, head) for each launch fact that differs: `signature.x_ptr`, `constexprs.BLOCK`,
+    # `attrs.x_ptr`, `options.num_warps`; a value absent on one side is None.
+    binding: list[tuple[str, Any, Any]] = field(default_factory=list)
+
+    @property
+    def binding_changed(self) -> bool:
+        return bool(self.binding)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instructions": list(self.instructions),
+                "histogram": [{"mnemonic": m, "base": b, "head": h} for m, b, h in self.histogram],
+                "resources": {k: list(v) for k, v in self.resources.items()},
+                "binding_changed": self.binding_changed,
+                "binding": [{"field": k, "base": b, "head": h} for k, b, h in self.binding]}
+
+
+@dataclass
+class CellVerdict:
+    kernel: str
+    case: str
+    target: str
+    verdict: str
+    in_scope: bool = False
+    message: str = ""
+    golden_file: str = ""
+    head: CellResult | None = None
+    base: Golden | None = None
+    delta: Delta | None = None
+    expectations: list[Failure] = field(default_factory=list)
+    # Against a base revision (a PR's gate) a new cell or a removed golden is a change like any other,
+    # allowed inside the scope; against a tree's own goldens it is always a regression (bless it).
+    judged_by_scope: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.kernel}:{self.case}@{self.target}"
+
+    @property
+    def violates_isolation(self) -> bool:
+        scoped = (CHANGED, NEW, UNUSED) if self.judged_by_scope else (CHANGED,)
+        return self.verdict in scoped and not self.in_scope
+
+    @property
+    def is_regression(self) -> bool:
+        if self.verdict == CHANGED or (self.judged_by_scope and self.verdict in (NEW, UNUSED)):
+            return not self.in_scope
+        return self.verdict in (NEW, UNUSED, EXPECT_FAILED)
+
+    def to_json(self) -> dict[str, Any]:
+        head = self.head.analysis if self.head and self.head.analysis else None
+        base = self.base.data if self.base else None
+        return {
+            "kernel": self.kernel, "case": self.case, "target": self.target, "verdict": self.verdict,
+            "in_scope": self.in_scope, "message": self.message, "golden": self.golden_file,
+            "head_sha256": head.sha256 if head else None, "base_sha256": base["sha256"] if base else None,
+            "head_code_sha256": head.code_sha256 if head else None,
+            "base_code_sha256": base.get("code_sha256") if base else None,
+            "head_instructions": head.instructions if head else None,
+            "base_instructions": base["instructions"] if base else None,
+            "head_resources": dict(head.resources) if head else None,
+            "base_resources": dict(base["resources"]) if base else None,
+            "delta": self.delta.to_json() if self.delta else None,
+            "expectations": [str(f) for f in self.expectations],
+        }
+
+
+@dataclass
+class CheckReport:
+    verdicts: list[CellVerdict]
+    toolchain: dict[str, str]
+    golden_toolchains: dict[str, list[str]]     # triton version -> golden files made with it
+    scopes: list[str]
+    problems: list[str] = field(default_factory=list)   # whole-run reasons not to trust the result
+    shard: tuple[int, int] | None = None
+    base: dict[str, Any] | None = None                  # the revision a PR gate judged against (xisa.golden.gate)
+    stale_goldens: list[CellVerdict] = field(default_factory=list)   # head goldens the head compile disagrees with
+    selection: dict[str, Any] | None = None   # what the run covers (xisa.golden.selection), for `xisa merge`
+
+    @property
+    def isolation_violations(self) -> list[CellVerdict]:
+        return [v for v in self.verdicts if v.violates_isolation]
+
+    @property
+    def exit_code(self) -> int:
+        if self.problems or any(v.verdict == ERROR for v in (*self.verdicts, *self.stale_goldens)):
+            return EXIT_UNTRUSTED
+        if any(v.is_regression for v in self.verdicts) or self.stale_goldens:
+            return EXIT_REGRESSION
+        return EXIT_OK
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for v in self.verdicts:
+            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def to_json(self) -> dict[str, Any]:
+
+        return {
+            "schema": JSON_SCHEMA_VERSION, "kind": "check", "toolchain": self.toolchain, "scopes": self.scopes,
+            "shard": list(self.shard) if self.shard else None, "selection": self.selection,
+            "exit_code": self.exit_code, "counts": self.counts(), "problems": list(self.problems),
+            "isolation_violated": [v.id for v in self.isolation_violations],
+            "cells": [v.to_json() for v in self.verdicts],
+            **({"base": self.base, "stale_goldens": [v.to_json() for v in self.stale_goldens]}
+               if self.base is not None else {}),
+        }
+
+
+def compute_delta(base: dict[str, Any], head_result: CellResult) -> Delta:
+    head = head_result.analysis
+    assert head is not None
+    names = set(base["histogram"]) | set(head.histogram)
+    hist = [(m, int(base["histogram"].get(m, 0)), int(head.histogram.get(m, 0))) for m in names]
+    hist = [row for row in hist if row[1] != row[2]]
+    hist.sort(key=lambda row: (-abs(row[2] - row[1]), row[0]))
+    resources = {}
+    for key in RESOURCE_DELTA_KEYS:
+        b, h = base["resources"].get(key), head.resources.get(key)
+        if b != h and (b is not None or h is not None):
+            resources[key] = (b, h)
+    return Delta(instructions=(base["instructions"], head.instructions), histogram=hist, resources=resources,
+                 binding=binding_differences(base, head_result))
+
+
+BINDING_SECTIONS = ("signature", "constexprs", "attrs")
+
+
+def binding_differences(base: dict[str, Any], head_result: CellResult) -> list[tuple[str, Any, Any]]:
+    """What a launch would bind differently: signature, constexprs, attrs, then launch options."""
+    pairs = [(section, (base.get("binding") or {}).get(section) or {}, head_result.binding.get(section) or {})
+             for section in BINDING_SECTIONS]
+    pairs.append(("options", base.get("options") or {}, head_result.options or {}))
+    changes = []
+    for section, old, new in pairs:
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                changes.append((f"{section}.{key}", old.get(key), new.get(key)))
+    return changes
+
+
+def matches_filters(kernel: str, case: str, target: str, targets: set[str], kernel_filters: list[str] | None) -> bool:
+    """Whether a (kernel, case, target) lies inside a selection: used to find unused goldens."""
+    return target in targets and (not kernel_filters or any(matches_kernel_filter(f, kernel, case)
+                                                            for f in kernel_filters))
+
+
+def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, golden_dir: Path,
+                 display_root: Path, selected_targets: set[str], kernel_filters: list[str] | None,
+                 scopes: list[str], toolchain: dict[str, str], shard: tuple[int, int] | None = None,
+                 selection: dict[str, Any] | None = None, golden_owner: str = "") -> CheckReport:
+    """`golden_owner` names the revision the goldens are read from (a PR gate's base), where re-blessing
+    cannot fix them."""
+    parsed_scopes = [Scope.parse(s) for s in scopes]
+    verdicts: list[CellVerdict] = []
+    golden_toolchains: dict[str, list[str]] = {}
+    golden_analyzers: dict[int, list[str]] = {}   # analyzer version -> golden files made by another one
+    problems: list[str] = []
+
+    def show(path: Path) -> str:   # a base's golden as git names it (`main:golden/...`), not this tree's file
+        return f"{golden_owner}:" * bool(golden_owner) + display_path(path, display_root)
+
+    seen: set[tuple[str, str, str]] = set()
+    for result in results:
+        key = (result.kernel, result.case, result.target)
+        seen.add(key)
+        yaml_path, stream_path = golden_paths(golden_dir, *key)
+        verdict = CellVerdict(kernel=result.kernel, case=result.case, target=result.target, verdict=SAME,
+                              golden_file=show(yaml_path), head=result,
+                              in_scope=any(s.covers(*key) for s in parsed_scopes))
+        verdicts.append(verdict)
+        golden = None
+        if yaml_path.exists():
+            try:
+                golden = read_golden(yaml_path, stream_path, display=show(yaml_path))
+                verdict.base = golden
+                golden_toolchains.setdefault(golden.toolchain.get("triton", "?"), []).append(show(yaml_path))
+            except GoldenError as exc:
+                verdict.verdict, verdict.message = ERROR, f"corrupt golden: {exc}"
+                continue
+        if not result.ok:
+            verdict.verdict, verdict.message = ERROR, result.error or "compile failed"
+            continue
+        made_by = golden.data.get("analyzer", 1) if golden else ANALYZER_VERSION
+        if made_by != ANALYZER_VERSION:
+            # Counted or normalized another way: a difference would not be a kernel change. Not
+            # compared; the one line in `problems` says why and what to do.
+            golden_analyzers.setdefault(made_by, []).append(show(yaml_path))
+            verdict.verdict = ERROR
+            continue
+        verdict.expectations = failures.get(result.id, [])
+        if golden is None:
+            verdict.verdict, verdict.message = NEW, "no golden (run `xisa bless` to record it)"
+        else:
+            delta = compute_delta(golden.data, result)
+            stream_changed = golden.data["sha256"] != result.analysis.sha256
+            code_changed = golden.data.get("code_sha256") != result.analysis.code_sha256
+            if stream_changed or code_changed or delta.resources:
+                verdict.verdict, verdict.delta = CHANGED, delta
+                verdict.message = "changed in scope" if verdict.in_scope else "changed outside the declared scope"
+                if code_changed and not stream_changed:
+                    verdict.message += ": the code bytes changed, the printed stream did not (inline-asm directives?)"
+        if verdict.expectations:
+            verdict.verdict = EXPECT_FAILED
+            verdict.message = "; ".join(str(f) for f in verdict.expectations)
+    for key in list_goldens(golden_dir):
+        if key in seen or not matches_filters(*key, selected_targets, kernel_filters):
+            continue
+        if shard is not None and shard_of(f"{key[0]}:{key[1]}@{key[2]}", shard[1]) != shard[0] - 1:
+            continue
+        yaml_path, _ = golden_paths(golden_dir, *key)
+        verdicts.append(CellVerdict(kernel=key[0], case=key[1], target=key[2], verdict=UNUSED,
+                                    golden_file=show(yaml_path), message="golden with no cell (run `xisa bless` to remove it)"))
+    installed = toolchain.get("triton")
+    others = {v: files for v, files in golden_toolchains.items() if v != installed}
+    if others:
+        version, files = next(iter(sorted(others.items())))
+        problems.append(f"goldens were made with Triton {version} ({len(files)} files, e.g. {files[0]}) but Triton "
+                        f"{installed} is installed: fingerprints cannot be compared (fix: install triton=={version} "
+                        f"or re-bless with {installed})")
+    for version in sorted(golden_analyzers):
+        if golden_owner:
+            problems.append(f"the goldens of {golden_owner} were made by xisa's analyzer {version}, this xisa is "
+                            f"{ANALYZER_VERSION}: they cannot be compared with this compile (fix: judge against "
+                            f"{golden_owner} compiled by this xisa, --compile-base)")
+        else:
+            problems.append(f"goldens were made by xisa's analyzer {version}, this xisa is {ANALYZER_VERSION}: "
+                            "re-bless with `xisa bless`")
+    verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
+    return CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains=golden_toolchains, scopes=scopes,
+                       problems=problems, shard=shard, selection=selection)

@@ -1,0 +1,423 @@
+"""Render results: rich tables for people, JSON for machines. Data is built once, rendered per format."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+from collections import defaultdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from xisa.analyze.expect import Failure, measure
+from xisa.compile.result import CellResult
+from xisa.compile.toolchain import describe_toolchain
+from xisa.golden.verdict import JSON_SCHEMA_VERSION
+
+
+
+def compile_payload(results: list[CellResult], failures: dict[str, list[Failure]], *, backends: set[str]) -> dict[str, Any]:
+    cells = []
+    for result in results:
+        entry = result.to_json()
+        entry["expectations_failed"] = [str(f) for f in failures.get(result.id, [])]
+        cells.append(entry)
+    return {"schema": JSON_SCHEMA_VERSION, "kind": "compile", "toolchain": describe_toolchain(backends=backends),
+            "cells": cells}
+
+
+def _fmt_occupancy(res: dict[str, Any]) -> str:
+    ours = res.get("occupancy")
+    llvm = res.get("llvm_occupancy")
+    if llvm is None or llvm == ours:
+        return str(ours)
+    return f"{ours} (llvm {llvm})"
+
+
+# Resource columns per ISA, with their units: AMD counts registers per wave and occupancy in waves
+# per SIMD; NVIDIA registers per thread, memory per thread, occupancy in warps per SM.
+COMPILE_COLUMNS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "amdgcn": (("V/A/SGPR", lambda r: f"{r.get('vgprs')}/{r.get('agprs')}/{r.get('sgprs')}"),
+               ("spills V/S", lambda r: f"{r.get('vgpr_spills')}/{r.get('sgpr_spills')}"),
+               ("LDS B", "lds_bytes"), ("scratch B", "scratch_bytes"), ("waves/SIMD", _fmt_occupancy)),
+    "sass": (("regs/thread", "registers"), ("stack B", "stack_bytes"), ("local B", "local_bytes"),
+             ("shared B", "lds_bytes"), ("warps/SM", _fmt_occupancy)),
+}
+# The check and diff tables: one register count, spills or private memory, LDS, occupancy (keys
+# as `measure` reads them: scratch_bytes on NVIDIA is stack + local bytes).
+CHECK_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "amdgcn": (("VGPR", "vgprs"), ("VGPR spills", "vgpr_spills"), ("LDS B", "lds_bytes"),
+               ("waves/SIMD", "occupancy")),
+    "sass": (("regs/thread", "registers"), ("stack+local B", "scratch_bytes"), ("shared B", "lds_bytes"),
+             ("warps/SM", "occupancy")),
+}
+TEXT_ERROR_LINES = 20     # a compile error's last lines in text output; --json has the whole text
+
+
+def _show(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _isa_of_results(results: list[CellResult]) -> str:
+    return next((r.analysis.isa for r in results if r.analysis is not None), "amdgcn")
+
+
+def _fitted_table(console: Console, columns: list[tuple[str, str]], rows: list[list[Any]], **kw) -> Table:
+    """A table whose values are never cut: each column is as wide as its longest value or header
+    word (a header may wrap); the first column, the cell's name, takes the width left and folds
+    over lines only when the terminal is too narrow to hold it on one."""
+    def needed(i: int, header: str) -> int:
+        words = max((len(word) for word in header.split()), default=0)
+        return max([words, *(len(str(row[i])) for row in rows)])
+
+    widths = [needed(i, header) for i, (header, _) in enumerate(columns)]
+    room = console.width - (3 * len(columns) + 1) - sum(widths[1:])
+    table = Table(title_justify="left", **kw)
+    table.add_column(columns[0][0], overflow="fold", width=widths[0] if room >= widths[0] else max(room, 12))
+    for (header, justify), width in zip(columns[1:], widths[1:]):
+        table.add_column(header, justify=justify, overflow="fold", width=width)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def error_block(prefix: str, message: str, *, max_lines: int = TEXT_ERROR_LINES) -> str:
+    """`prefix: first line`, then the message's other lines indented as one block, so a Triton
+    CompilationError's `^` still points at its column; long messages keep their last lines."""
+    lines = message.splitlines() or [""]
+    first, rest = lines[0], lines[1:]
+    if len(rest) > max_lines:
+        rest = [f"... {len(rest) - max_lines} more lines (--format json / --json has the whole text)",
+                *rest[-max_lines:]]
+    return "\n".join([f"{prefix}: {first}", *(f"    {line}" if line else "" for line in rest)])
+
+
+def top_instructions(analysis, n: int) -> str:
+    """The n most frequent base mnemonics: `v_fma_f32 812 · v_mov_b32 500 · ...`."""
+    ranked = sorted(analysis.base_histogram.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return " · ".join(f"{m} {c}" for m, c in ranked)
+
+
+def render_compile_table(console: Console, results: list[CellResult], failures: dict[str, list[Failure]], *,
+                         counts: list[str], isa_of: dict[str, str] | None = None, top: int = 0) -> None:
+    by_target: dict[str, list[CellResult]] = defaultdict(list)
+    for result in results:
+        by_target[result.target].append(result)
+    for target in sorted(by_target):
+        members = by_target[target]
+        isa = (isa_of or {}).get(target) or _isa_of_results(members)
+        resource_columns = COMPILE_COLUMNS[isa]
+        columns = [("kernel:case", "left"), ("instr", "right"), *((p, "right") for p in counts),
+                   *((header, "right") for header, _ in resource_columns), ("sha256", "left"), ("status", "left")]
+        rows: list[list[Any]] = []
+        for result in members:
+            name = f"{result.kernel}:{result.case}"
+            if not result.ok or result.analysis is None:
+                rows.append([name, *[""] * (len(columns) - 2), Text("error", style="red")])
+                continue
+            a = result.analysis
+            res = a.resources
+            values = [_show(res.get(get)) if isinstance(get, str) else get(res) for _, get in resource_columns]
+            fails = failures.get(result.id, [])
+            status = Text("failed", style="yellow") if fails else Text("ok", style="green")   # listed below
+            rows.append([name, str(a.instructions), *[_show(measure(p, a)) for p in counts], *values,
+                         a.sha256[:12], status])
+        vendor, unit = ("AMD", "waves per SIMD") if isa == "amdgcn" else ("NVIDIA", "warps per SM")
+        console.print(_fitted_table(console, columns, rows, title=f"{target} ({vendor}; occupancy in {unit})"))
+        if top > 0:
+            listing = [[f"{r.kernel}:{r.case}", top_instructions(r.analysis, top)] for r in members
+                       if r.ok and r.analysis is not None]
+            if listing:
+                table = _fitted_table(console, [("kernel:case", "left"), ("top", "left")], listing, box=None,
+                                      show_header=False, title=f"{target}: top {top} instructions")
+                console.print(table)
+        for result in members:
+            for failure in failures.get(result.id, []):
+                console.print(Text(f"  {result.id}: {failure}", style="yellow"))
+
+
+# ---------------------------------------------------------------- check / diff reports
+
+_VERDICT_STYLE = {"same": "green", "changed": "yellow", "new": "cyan", "unused": "magenta", "error": "red",
+                  "expectation-failed": "red"}
+_SUMMARY_ORDER = ("error", "expectation-failed", "changed", "new", "unused", "same")
+ACCEPTABLE = ("changed", "new", "unused")      # what `xisa bless` resolves by rewriting or removing goldens
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def summary_line(report) -> str:
+    """Each target once: `gfx1100: 1 changed, 14 byte-identical; byte-identical: gfx1200, gfx942 (30 cells)`."""
+    per_target: dict[str, dict[str, int]] = {}
+    for v in report.verdicts:
+        counts = per_target.setdefault(v.target, {})
+        counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    parts = []
+    for target in sorted(per_target):
+        counts = per_target[target]
+        if set(counts) == {"same"}:
+            continue
+        parts.append(f"{target}: " + ", ".join(
+            f"{counts[verdict]} {'byte-identical' if verdict == 'same' else verdict}"
+            for verdict in _SUMMARY_ORDER if counts.get(verdict)))
+    identical = sorted(t for t, counts in per_target.items() if set(counts) == {"same"})
+    if identical:
+        total = sum(per_target[t]["same"] for t in identical)
+        parts.append(f"byte-identical: {', '.join(identical)} ({_plural(total, 'cell')})")
+    return "; ".join(parts) if parts else "no cells selected"
+
+
+def judgement_line(report, *, code: str = "`") -> str:
+    """What the verdicts were judged against: the base revision (for a PR gate) and the declared scope."""
+    scopes = ", ".join(f"{code}{s}{code}" for s in report.scopes)
+    scope = f"scope {scopes}" if scopes else "no scope (every cell must be unchanged)"
+    if report.base:
+        base = report.base
+        how = "its kernels compiled" if base["compared"] == "compiled" else "its goldens"
+        return f"judged against {code}{base['revision']}{code} ({code}{base['commit'][:12]}{code}, {how}), {scope}"
+    return f"judged against the goldens, {scope}"
+
+
+def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_args: list[str] | tuple = (),
+                    kernels: set[str] | None = None) -> list[str]:
+    """The `xisa bless` commands that accept exactly the changed, new and unused cells, and nothing
+    else: targets whose every selected cell is to be accepted are named with the check's own
+    --kernel filters (the same selection, so bless touches nothing more); otherwise each kernel:case
+    is named. None when the result cannot be trusted. An unused golden whose kernel no longer exists
+    (`kernels` lists those that do) cannot be named to bless: outside a whole target it gets `rm`."""
+    if report.problems:
+        return []
+    wanted: dict[str, set[str]] = {}
+    selected: dict[str, set[str]] = {}
+    orphans: dict[str, str] = {}
+    for v in report.verdicts:
+        name = f"{v.kernel}:{v.case}"
+        selected.setdefault(v.target, set()).add(name)
+        if v.verdict in ACCEPTABLE:
+            wanted.setdefault(v.target, set()).add(name)
+            if v.verdict == "unused" and kernels is not None and v.kernel not in kernels:
+                orphans[f"{name}@{v.target}"] = v.golden_file
+    groups: dict[frozenset[str], list[str]] = {}
+    for target in sorted(wanted):
+        groups.setdefault(frozenset(wanted[target]), []).append(target)
+    commands, removals = [], []
+    for cases, targets in groups.items():
+        words = ["xisa", "bless", *extra_args]
+        for target in targets:
+            words += ["--arch", target]
+        if report.shard is None and all(selected[t] == cases for t in targets):
+            for flt in kernel_filters or []:
+                words += ["--kernel", flt]
+        else:
+            names = set(cases)
+            # A kernel whose every selected case is to be accepted, and which the check selected whole:
+            # `--kernel KERNEL` is the same cells in fewer words (and removes its unused goldens too).
+            for kernel in sorted({c.partition(":")[0] for c in cases}):
+                if report.shard is None and (kernels is None or kernel in kernels) and \
+                        _selects_whole_kernel(kernel, kernel_filters) and all(
+                        {c for c in selected[t] if c.partition(":")[0] == kernel} <= cases for t in targets):
+                    names = {c for c in names if c.partition(":")[0] != kernel} | {kernel}
+            named = sorted(c for c in names if not all(f"{c}@{t}" in orphans for t in targets))
+            removals += [orphans[f"{c}@{t}"] for c in sorted(names) for t in targets if f"{c}@{t}" in orphans]
+            if not named:
+                continue
+            for name in named:
+                words += ["--kernel", name]
+        commands.append(shlex.join(words))
+    if removals:
+        commands.append(shlex.join(["rm", "-f", *(p for path in removals for p in (path, path[:-len(".yaml")] + ".isa"))]))
+    return commands
+
+
+def _selects_whole_kernel(kernel: str, kernel_filters: list[str] | None) -> bool:
+    """Whether the check selected every case of `kernel` (no filter, or a filter with no case part)."""
+    if not kernel_filters:
+        return True
+    return any(fnmatch.fnmatchcase(kernel, kpat) and cpat in ("", "*")
+               for kpat, _, cpat in (f.partition(":") for f in kernel_filters))
+
+
+def _arrow(base: Any, head: Any) -> str:
+    if base is None:
+        return _show(head)
+    if head is None:
+        return f"{base} → (none)"
+    if base == head:
+        return str(head)
+    if isinstance(base, int) and isinstance(head, int):
+        return f"{base} → {head} ({head - base:+d})"
+    return f"{base} → {head}"
+
+
+def _isa_of_verdicts(verdicts) -> str:
+    for v in verdicts:
+        if v.head is not None and v.head.analysis is not None:
+            return v.head.analysis.isa
+        if v.base is not None and v.base.data.get("isa"):
+            return v.base.data["isa"]
+    return "amdgcn"
+
+
+def _row_values(v, counts: list[str], isa: str) -> list[str]:
+    head = v.head.analysis if v.head and v.head.analysis else None
+    base = v.base.analysis() if v.base else None
+
+    def pair(key: str) -> str:
+        return _arrow(measure(key, base) if base else None, measure(key, head) if head else None)
+
+    cells = [pair("instructions"), *(pair(p) for p in counts), *(pair(key) for _, key in CHECK_COLUMNS[isa])]
+    bsha = f"`{base.sha256[:12]}`" if base else "-"
+    hsha = f"`{head.sha256[:12]}`" if head else "-"
+    cells.append(hsha if bsha == hsha else f"{bsha} → {hsha}")
+    return cells
+
+
+def _check_header(counts: list[str], isa: str, *, code: bool) -> list[str]:
+    quote = (lambda c: f"`{c}`") if code else (lambda c: c)
+    return ["kernel:case", "instructions", *[quote(c) for c in counts], *(h for h, _ in CHECK_COLUMNS[isa]),
+            "SHA-256", "verdict"]
+
+
+def render_markdown(report, *, counts: list[str], title: str, accept: list[str] | None = None) -> str:
+    lines = [f"### {title}", "", f"**{summary_line(report)}**", "", f"_{judgement_line(report)}_", ""]
+    for problem in report.problems:
+        lines += [f"> :warning: {problem}", ""]
+    if report.isolation_violations:
+        lines += ["**isolation violated**: " + ", ".join(f"`{v.id}`" for v in report.isolation_violations), ""]
+    if report.stale_goldens:
+        lines += ["**goldens that disagree with this tree's compile** (bless them and commit): "
+                  + ", ".join(f"`{v.id}`" for v in report.stale_goldens), ""]
+    if accept:
+        lines += ["To accept these goldens:", "", "```sh", *accept, "```", ""]
+    targets = sorted({v.target for v in report.verdicts})
+    for target in targets:
+        rows = [v for v in report.verdicts if v.target == target]
+        header = _check_header(counts, _isa_of_verdicts(rows), code=True)
+        identical = all(v.verdict == "same" for v in rows)
+        table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for v in rows:
+            verdict = v.verdict + (" (in scope)" if v.verdict == "changed" and v.in_scope else "")
+            table.append("| " + " | ".join([f"`{v.kernel}:{v.case}`", *_row_values(v, counts, _isa_of_verdicts(rows)),
+                                            verdict]) + " |")
+        if identical:
+            lines += [f"<details><summary>{target}: byte-identical ({len(rows)} cells)</summary>", "", *table, "",
+                      "</details>", ""]
+        else:
+            lines += [f"#### {target}", "", *table, ""]
+            for v in rows:
+                if v.delta and v.delta.histogram:
+                    top = ", ".join(f"`{m}` {b}→{h}" for m, b, h in v.delta.histogram[:8])
+                    lines.append(f"- `{v.kernel}:{v.case}`: {top}")
+                if v.delta and v.delta.binding:
+                    moved = ", ".join(f"`{key}` {b} → {h}" for key, b, h in v.delta.binding[:8])
+                    lines.append(f"- `{v.kernel}:{v.case}` binding: {moved}")
+                if v.message and v.verdict in ("error", "expectation-failed", "unused"):
+                    first, *rest = v.message.splitlines() or [""]
+                    lines.append(f"- `{v.kernel}:{v.case}`: {first}")
+                    if rest:
+                        lines += ["", "  ```", *(f"  {line}" for line in rest), "  ```"]
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_check_text(console: Console, report, *, counts: list[str], quiet: bool = False,
+                      accept: list[str] | None = None) -> None:
+    if not quiet:
+        for target in sorted({v.target for v in report.verdicts}):
+            rows = [x for x in report.verdicts if x.target == target]
+            isa = _isa_of_verdicts(rows)
+            header = _check_header(counts, isa, code=False)
+            lines = []
+            for v in rows:
+                label = v.verdict + (" (in scope)" if v.verdict == "changed" and v.in_scope else "")
+                values = [s.replace("`", "") for s in _row_values(v, counts, isa)]
+                lines.append([f"{v.kernel}:{v.case}", *values, Text(label, style=_VERDICT_STYLE.get(v.verdict, ""))])
+            console.print(_fitted_table(console, [(h, "left") for h in header], lines, title=target))
+        for v in report.verdicts:
+            if v.delta and v.verdict in ("changed", "expectation-failed"):
+                top = ", ".join(f"{m} {b}->{h}" for m, b, h in v.delta.histogram[:8])
+                res = ", ".join(f"{k} {b}->{h}" for k, (b, h) in v.delta.resources.items())
+                console.print(Text(f"{v.id}: instructions {_arrow(*v.delta.instructions)}"
+                                   + (f"; {top}" if top else "") + (f"; {res}" if res else "")))
+                for key, b, h in v.delta.binding:
+                    console.print(Text(f"  binding {key}: {b} -> {h}"))
+    for v in report.verdicts:
+        if v.message and v.verdict in ("error", "expectation-failed", "new", "unused"):
+            console.print(Text(error_block(f"{v.verdict}: {v.id}", v.message), style=_VERDICT_STYLE.get(v.verdict, "")))
+    for v in report.stale_goldens:
+        console.print(Text(f"stale golden: {v.id}: {v.message}", style="red"))
+    for problem in report.problems:
+        console.print(Text(f"untrusted: {problem}", style="red"))
+    if report.isolation_violations:
+        console.print(Text("isolation violated: " + ", ".join(v.id for v in report.isolation_violations),
+                           style="bold red"))
+    if report.base or report.scopes:
+        console.print(Text(judgement_line(report, code="")))
+    console.print(Text(summary_line(report)))
+    for command in accept or []:
+        console.print(Text(f"to accept: {command}"))
+
+
+# Characters XML 1.0 cannot hold, even escaped (C0 controls but tab, newline and carriage return;
+# surrogates; U+FFFE and U+FFFF). A compiler message may carry any of them (an ANSI colour code).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_safe(text: str) -> str:
+    """`text` with each character XML cannot hold written as a visible escape (`\\x1b`)."""
+    return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), text)
+
+
+def render_junit(report) -> str:
+    from xml.etree import ElementTree as ET
+
+    suite = ET.Element("testsuite", name="xisa", tests=str(len(report.verdicts)))
+    failures = errors = 0
+    for v in report.verdicts:
+        case = ET.SubElement(suite, "testcase", classname=f"xisa.{v.target}", name=f"{v.kernel}:{v.case}")
+        message = _xml_safe(v.message)
+        if v.verdict == "error":
+            errors += 1
+            ET.SubElement(case, "error", message=message[:500]).text = message
+        elif v.is_regression:
+            failures += 1
+            detail = v.message
+            if v.delta:
+                detail += "\n" + "\n".join(f"{m}: {b} -> {h}" for m, b, h in v.delta.histogram[:20])
+            ET.SubElement(case, "failure", message=f"{v.verdict}: {message}"[:500]).text = _xml_safe(detail)
+    for v in report.stale_goldens:
+        failures += 1
+        case = ET.SubElement(suite, "testcase", classname=f"xisa.{v.target}", name=f"{v.kernel}:{v.case} (golden)")
+        message = _xml_safe(v.message)
+        ET.SubElement(case, "failure", message=f"stale golden: {message}"[:500]).text = message
+    for problem in report.problems:
+        errors += 1
+        case = ET.SubElement(suite, "testcase", classname="xisa", name="toolchain")
+        problem = _xml_safe(problem)
+        ET.SubElement(case, "error", message=problem[:500]).text = problem
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    return ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def render_compile_markdown(results: list[CellResult], *, counts: list[str]) -> str:
+    """A case x target table like the seeds' PR tables: instructions / each --count / SHA-256 prefix."""
+    targets = sorted({r.target for r in results})
+    rows: dict[str, dict[str, str]] = {}
+    for r in results:
+        if r.ok and r.analysis is not None:
+            values = [str(r.analysis.instructions), *(_show(measure(p, r.analysis)) for p in counts)]
+            text = " / ".join(values) + f" / `{r.analysis.sha256[:8]}`"
+        else:
+            text = "error"
+        rows.setdefault(f"{r.kernel}:{r.case}", {})[r.target] = text
+    legend = " / ".join(["instructions", *(f"`{p}`" for p in counts), "SHA-256"])
+    lines = [f"Each cell: {legend}.", "", "| case | " + " | ".join(targets) + " |", "|---|" + "---|" * len(targets)]
+    for case in sorted(rows):
+        lines.append(f"| `{case}` | " + " | ".join(rows[case].get(t, "–") for t in targets) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,301 @@
+"""Kernel specs: YAML files naming a Triton function and its cases, expanded into cells.
+
+Pure data: nothing here imports Triton. Binding the arguments to the kernel happens in `bind`.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xisa.errors import SpecError
+from xisa.analyze.expect import check_for_target as check_expectations_for_target, validate as validate_expectations
+from xisa.names import CASE_NAME, KERNEL_NAME, check_name
+from xisa.spec.targets import Target
+from xisa.yamlio import load_yaml
+
+_FILE_KEYS = {"name", "source", "module", "function", "targets", "defaults", "cases", "description"}
+_CASE_KEYS = {"name", "args", "constexprs", "options", "targets", "overrides", "matrix", "expect", "description", "runtime"}
+_LAYER_KEYS = {"args", "constexprs", "options", "targets", "expect", "runtime"}
+_DEFAULT_KEYS = {"args", "constexprs", "options", "expect", "overrides", "runtime"}
+# A matrix multiplies: 18 axes of two values are 262144 cases, minutes of silence before anything
+# compiles. The bundled specs have at most a few dozen cases each.
+MAX_CASES_PER_SPEC = 4096
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    spec_path: str              # as shown to the user (relative to the project root where possible)
+    spec_file: Path             # absolute
+    source_file: Path | None    # absolute .py path, or None when `module` is used
+    module: str | None
+    function: str
+    cases: tuple["CaseSpec", ...]
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    kernel: str
+    name: str
+    field_path: str             # e.g. cases[2] (gemm_bf16) for error messages
+    layers: tuple[dict, ...]    # defaults, case, matrix patches: merged in this order
+    overrides: tuple[tuple[str, dict], ...]
+    target_patterns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One kernel case on one target, with everything needed to bind and compile it."""
+
+    kernel: KernelSpec
+    case: str
+    target: Target
+    args: dict[str, Any]
+    constexprs: dict[str, Any]
+    options: dict[str, Any]
+    expect: tuple[tuple[str, dict], ...]
+    field_path: str = field(default="")
+    runtime: str | None = None     # a function of the kernel module that launches and checks this case
+
+    @property
+    def id(self) -> str:
+        return cell_id(self.kernel.name, self.case, self.target.name)
+
+
+def cell_id(kernel: str, case: str, target: str) -> str:
+    return f"{kernel}:{case}@{target}"
+
+
+def split_cell_id(text: str) -> tuple[str, str, str]:
+    head, _, target = text.rpartition("@")
+    kernel, _, case = head.partition(":")
+    return kernel, case, target
+
+
+def _err(msg: str, path: str, fieldname: str, fix: str | None = None) -> SpecError:
+    return SpecError(msg, path=path, field=fieldname, fix=fix)
+
+
+def _mapping(value: Any, path: str, fieldname: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _err(f"must be a mapping, got {type(value).__name__}", path, fieldname)
+    for key in value:
+        if not isinstance(key, str):
+            raise _err(f"key {key!r} must be a string", path, fieldname)
+    return value
+
+
+def _patterns(value: Any, path: str, fieldname: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise _err("must be a target name or glob, or a non-empty list of them", path, fieldname,
+                   "e.g. targets: ['gfx11*', gfx942]")
+    return tuple(value)
+
+
+def _check_keys(data: dict, allowed: set[str], path: str, fieldname: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1)
+        fix = f"did you mean {near[0]!r}?" if near else f"allowed keys: {', '.join(sorted(allowed))}"
+        raise _err(f"unknown key {unknown[0]!r}", path, f"{fieldname}.{unknown[0]}".lstrip("."), fix)
+
+
+def _check_layer(layer: dict, path: str, fieldname: str, allowed: set[str] = _LAYER_KEYS) -> dict:
+    layer = _mapping(layer, path, fieldname)
+    _check_keys(layer, allowed, path, fieldname)
+    for key in ("args", "constexprs", "options"):
+        if key in layer:
+            _mapping(layer[key], path, f"{fieldname}.{key}")
+    if "expect" in layer:
+        expect = _mapping(layer["expect"], path, f"{fieldname}.expect")
+        for pattern, conds in expect.items():
+            _mapping(conds, path, f"{fieldname}.expect.{pattern}")
+        validate_expectations(tuple(expect.items()), path=path, field=fieldname)
+    if "targets" in layer:
+        _patterns(layer["targets"], path, f"{fieldname}.targets")
+    if "runtime" in layer and not (layer["runtime"] is None or (isinstance(layer["runtime"], str)
+                                                               and layer["runtime"].isidentifier())):
+        raise _err("must name a function of the kernel module", path, f"{fieldname}.runtime",
+                   "runtime: check_my_kernel")
+    return layer
+
+
+def load_spec(spec_file: Path, *, display: str | None = None) -> KernelSpec:
+    shown = display or str(spec_file)
+    data = load_yaml(spec_file, error=SpecError, display=shown)
+    data = _mapping(data, shown, "<top>")
+    _check_keys(data, _FILE_KEYS, shown, "")
+    kernel_name = check_name("kernel", data.get("name", spec_file.stem), KERNEL_NAME, path=shown, field="name")
+    source = data.get("source")
+    module = data.get("module")
+    if (source is None) == (module is None):
+        raise _err("give exactly one of `source` (a .py path) or `module` (a dotted module)", shown, "source")
+    source_file = None
+    if source is not None:
+        if not isinstance(source, str) or not source.endswith(".py"):
+            raise _err(f"{source!r} is not a .py file path", shown, "source", "e.g. source: gemm.py")
+        source_file = (spec_file.parent / source).resolve()
+        if not source_file.is_file():
+            raise _err(f"{source!r} does not exist (looked for {source_file.name} beside the spec)", shown, "source")
+    elif not isinstance(module, str) or not all(p.isidentifier() for p in module.split(".")):
+        raise _err(f"{module!r} is not a dotted module name", shown, "module")
+    function = data.get("function")
+    if not isinstance(function, str) or not function.isidentifier():
+        raise _err("missing or not a Python identifier", shown, "function", "function: my_kernel")
+    file_targets = _patterns(data["targets"], shown, "targets") if "targets" in data else ("*",)
+    defaults = _check_layer(data.get("defaults"), shown, "defaults", _DEFAULT_KEYS)
+    default_overrides = _overrides(defaults.pop("overrides", None), shown, "defaults.overrides") if defaults else ()
+    cases_raw = data.get("cases")
+    if not isinstance(cases_raw, list) or not cases_raw:
+        raise _err("must be a non-empty list of cases", shown, "cases")
+    cases: list[CaseSpec] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(cases_raw):
+        fieldname = f"cases[{index}]"
+        raw = _mapping(raw, shown, fieldname)
+        _check_keys(raw, _CASE_KEYS, shown, fieldname)
+        base = check_name("case", raw.get("name"), CASE_NAME, path=shown, field=f"{fieldname}.name")
+        fieldname = f"cases[{index}] ({base})"
+        layer = _check_layer({k: v for k, v in raw.items() if k in _LAYER_KEYS}, shown, fieldname)
+        overrides = default_overrides + _overrides(raw.get("overrides"), shown, f"{fieldname}.overrides")
+        expansion = _expand_matrix(raw.get("matrix"), shown, f"{fieldname}.matrix",
+                                   budget=MAX_CASES_PER_SPEC - len(cases))
+        for suffix, patches in expansion:
+            name = base + suffix
+            check_name("case", name, CASE_NAME, path=shown, field=f"{fieldname}.matrix")
+            if name in seen:
+                raise _err(f"case name {name!r} is used twice", shown, fieldname, "give each case a unique name")
+            seen.add(name)
+            layers = (defaults, layer, *patches)
+            targets = file_targets
+            for piece in layers:
+                if "targets" in piece:
+                    targets = _patterns(piece["targets"], shown, f"{fieldname}.targets")
+            cases.append(CaseSpec(kernel=kernel_name, name=name, field_path=fieldname,
+                                  layers=tuple(copy.deepcopy(list(layers))), overrides=overrides,
+                                  target_patterns=targets))
+    return KernelSpec(name=kernel_name, spec_path=shown, spec_file=spec_file.resolve(), source_file=source_file,
+                      module=module, function=function, cases=tuple(cases))
+
+
+def _overrides(raw: Any, path: str, fieldname: str) -> tuple[tuple[str, dict], ...]:
+    result = []
+    for pattern, layer in _mapping(raw, path, fieldname).items():
+        layer = _check_layer(layer, path, f"{fieldname}.{pattern}", _LAYER_KEYS - {"targets"})
+        result.append((pattern, layer))
+    return tuple(result)
+
+
+def _expand_matrix(raw: Any, path: str, fieldname: str, *, budget: int) -> list[tuple[str, tuple[dict, ...]]]:
+    """The case name suffixes and patches of a matrix; refused, before expanding, past `budget` cases."""
+    axes = _mapping(raw, path, fieldname)
+    if not axes:
+        if budget < 1:
+            raise _err(f"the spec has more than {MAX_CASES_PER_SPEC} cases", path, fieldname.removesuffix(".matrix"),
+                       f"a spec may have at most {MAX_CASES_PER_SPEC} cases: split it into several specs")
+        return [("", ())]
+    choices = []
+    for axis, values in axes.items():
+        values = _mapping(values, path, f"{fieldname}.{axis}")
+        if not values:
+            raise _err("an axis needs at least one value", path, f"{fieldname}.{axis}")
+        entries = []
+        for value_name, patch in values.items():
+            check_name("matrix value", value_name, CASE_NAME, path=path, field=f"{fieldname}.{axis}")
+            entries.append((value_name, _check_layer(patch, path, f"{fieldname}.{axis}.{value_name}")))
+        choices.append(entries)
+    total = math.prod(len(entries) for entries in choices)
+    if total > budget:
+        sizes = " x ".join(str(len(entries)) for entries in choices)
+        raise _err(f"expands to {total} cases ({sizes}), more than the {MAX_CASES_PER_SPEC} a spec may have",
+                   path, fieldname, "drop axes or values, or split the cases into several specs")
+    expanded = []
+    for combo in itertools.product(*choices):
+        suffix = "".join(f"-{value_name}" for value_name, _ in combo)
+        expanded.append((suffix, tuple(patch for _, patch in combo)))
+    return expanded
+
+
+def _merge(layers: list[dict]) -> dict[str, Any]:
+    merged: dict[str, Any] = {"args": {}, "constexprs": {}, "options": {}, "expect": {}, "runtime": None}
+    for layer in layers:
+        if "runtime" in layer:
+            merged["runtime"] = layer["runtime"]
+        for key in ("args", "constexprs", "options"):
+            merged[key].update(copy.deepcopy(layer.get(key) or {}))
+        for pattern, conds in (layer.get("expect") or {}).items():
+            merged["expect"].setdefault(pattern, {}).update(conds)
+    return merged
+
+
+def case_targets(case: CaseSpec, targets: list[Target]) -> list[Target]:
+    return [t for t in targets if any(fnmatch.fnmatchcase(t.name, p) for p in case.target_patterns)]
+
+
+def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
+    layers = list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target.name, pattern)]
+    merged = _merge(layers)
+    check_expectations_for_target(tuple(merged["expect"].items()), target.name, target.backend,
+                                  path=spec.spec_path, field=case.field_path)
+    return Cell(kernel=spec, case=case.name, target=target, args=merged["args"], constexprs=merged["constexprs"],
+                options=merged["options"], expect=tuple(merged["expect"].items()), field_path=case.field_path,
+                runtime=merged["runtime"])
+
+
+def build_cells(specs: list[KernelSpec], targets: list[Target], *, kernel_filters: list[str] | None = None) -> list[Cell]:
+    """Every (kernel, case, target) cell selected; `kernel_filters` are `KERNEL` or `KERNEL:CASE` globs."""
+    cells = []
+    for spec in specs:
+        for case in spec.cases:
+            if kernel_filters and not any(matches_kernel_filter(f, spec.name, case.name) for f in kernel_filters):
+                continue
+            for target in case_targets(case, targets):
+                cells.append(resolve_cell(spec, case, target))
+    return cells
+
+
+def matches_kernel_filter(flt: str, kernel: str, case: str) -> bool:
+    """`KERNEL` or `KERNEL:CASE` globs, as --kernel takes them."""
+    kpat, _, cpat = flt.partition(":")
+    return fnmatch.fnmatchcase(kernel, kpat) and (not cpat or fnmatch.fnmatchcase(case, cpat))
+
+
+def discover_spec_files(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(p for p in path.glob("*.yaml") if p.is_file()))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise SpecError("no such file or folder", path=str(path), field="--spec")
+    return files
+
+
+def load_specs(files: list[Path], *, root: Path) -> list[KernelSpec]:
+    specs = []
+    names: dict[str, str] = {}
+    for file in files:
+        try:
+            shown = str(file.resolve().relative_to(root.resolve()))
+        except ValueError:
+            shown = str(file)
+        spec = load_spec(file, display=shown)
+        if spec.name in names:
+            raise SpecError(f"kernel name {spec.name!r} is also defined in {names[spec.name]}", path=shown,
+                            field="name", fix="give each spec a unique `name`")
+        names[spec.name] = shown
+        specs.append(spec)
+    return specs

@@ -1,0 +1,115 @@
+"""Where things are: the project root, its `[tool.xisa]` settings, specs, targets, goldens, cache."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xisa.errors import SpecError
+from xisa.names import display_path
+
+BUNDLED_TARGETS = Path(__file__).resolve().parent.parent / "_targets"         # in an installed wheel
+REPO_TARGETS = Path(__file__).resolve().parent.parent.parent / "targets"     # in a source checkout
+_SETTINGS = {"specs", "targets", "golden", "stream_files", "cache"}
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    spec_paths: tuple[Path, ...]
+    target_dirs: tuple[Path, ...]
+    golden_dir: Path
+    stream_files: bool
+    cache_dir: Path
+    config_file: Path | None = None
+    kernel_roots: tuple[Path, ...] = field(default=())
+
+    def display(self, path: Path) -> str:
+        return display_path(path, self.root)
+
+
+def find_root(start: Path) -> tuple[Path, Path | None]:
+    """The nearest folder holding a pyproject.toml with [tool.xisa], else one holding kernels/, else `start`."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and "[tool.xisa" in pyproject.read_text(encoding="utf-8", errors="replace"):
+            return folder, pyproject
+    for folder in (start, *start.parents):
+        if (folder / "kernels").is_dir():
+            return folder, None
+    return start, None
+
+
+def read_settings(text: str, *, path: str) -> dict:
+    """The `[tool.xisa]` table of a pyproject.toml's text (`path` names it in errors), its keys checked."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"invalid TOML: {exc}", path=path) from None
+    settings = data.get("tool", {}).get("xisa", {}) or {}
+    unknown = sorted(set(settings) - _SETTINGS)
+    if unknown:
+        raise SpecError(f"unknown setting {unknown[0]!r}", path=path, field=f"tool.xisa.{unknown[0]}",
+                        fix=f"allowed: {', '.join(sorted(_SETTINGS))}")
+    return settings
+
+
+def setting_paths(settings: dict, key: str, default: list[str], *, path: str = "pyproject.toml") -> list[str]:
+    """A path setting (`specs`, `targets`, `golden`) as a list of paths relative to the project root."""
+    value = settings.get(key, default)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError("must be a path or a list of paths", path=path, field=f"tool.xisa.{key}")
+    return value
+
+
+GOLDEN_DEFAULT = ["golden"]
+
+
+def _refuse_links_below(root: Path, folder: Path) -> None:
+    """Refuse a link between the project root and `folder` (the golden folder): git stores links, so a
+    committed `data -> ../elsewhere` with `golden = "data/golden"` would lead every golden write and
+    removal out of the project. The folder itself is checked wherever a golden path is made."""
+    from xisa.fsio import refuse_link
+
+    folder = Path(os.path.abspath(folder))
+    for ancestor in reversed(folder.parents):
+        if ancestor != root and ancestor.is_relative_to(root):
+            refuse_link(ancestor)
+
+
+def load_project(*, cwd: Path | None = None, spec: list[Path] | None = None, golden: Path | None = None) -> Project:
+    root, config_file = find_root(cwd or Path.cwd())
+    settings: dict = {}
+    if config_file is not None:
+        settings = read_settings(config_file.read_text(encoding="utf-8"), path=str(config_file))
+
+    def paths(key: str, default: list[str]) -> list[Path]:
+        return [(root / v) for v in setting_paths(settings, key, default)]
+
+    spec_paths = [p if p.is_absolute() else (Path.cwd() / p) for p in spec] if spec else paths("specs", ["kernels"])
+    bundled = BUNDLED_TARGETS if BUNDLED_TARGETS.is_dir() else REPO_TARGETS
+    target_dirs = [bundled] + [p for p in paths("targets", ["targets"]) if p.resolve() != bundled.resolve()]
+    golden_dir = golden or paths("golden", GOLDEN_DEFAULT)[0]
+    stream_files = settings.get("stream_files", True)
+    if not isinstance(stream_files, bool):
+        raise SpecError("must be true or false", path="pyproject.toml", field="tool.xisa.stream_files")
+    cache_env = os.environ.get("XISA_CACHE_DIR")
+    if cache_env:
+        cache_dir = Path(cache_env)
+    elif "cache" in settings:
+        cache_dir = root / str(settings["cache"])
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        cache_dir = base / "xisa"
+    _refuse_links_below(root, golden_dir)
+    roots = {root.resolve()}
+    for path in spec_paths:
+        roots.add((path if path.is_dir() else path.parent).resolve())
+    return Project(root=root, spec_paths=tuple(spec_paths), target_dirs=tuple(target_dirs), golden_dir=golden_dir,
+                   stream_files=stream_files, cache_dir=cache_dir, config_file=config_file,
+                   kernel_roots=tuple(sorted(roots)))
