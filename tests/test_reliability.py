@@ -126,7 +126,7 @@ SPEC_CASES = {
     "duplicate-kernel-name": ("kernels/dot.yaml", "name: dot", "name: scale",
                               ["name: kernel name 'scale' is also defined in kernels/"]),
     "pyproject-unknown-setting": (PYPROJECT, 'specs = ["kernels"]', 'spec = ["kernels"]',
-                                  ["pyproject.toml: tool.xisa.spec.cases", "unknown setting 'spec'", "allowed:"]),
+                                  ["pyproject.toml: tool.xisa.spec", "unknown setting 'spec'", "allowed:"]),
     "pyproject-invalid-toml": (PYPROJECT, 'golden = "golden"', 'golden = golden',
                                ["pyproject.toml", "invalid TOML"]),
     "pyproject-specs-not-paths": (PYPROJECT, 'specs = ["kernels"]', "specs = 3",
