@@ -114,7 +114,7 @@ SCALE = {scale}
 
 @triton.jit
 def f(x):
-    return x * SCALE
+    return x * {scale}
 """
 
 PACKAGE_KERNEL = """import triton
@@ -142,7 +142,7 @@ cases:
 
 def _package_project(root, *, scale="2.0", init=""):
     """A project whose spec folder `kernels` is a package: k.py and nested/k2.py import kernels/helper.py relatively."""
-    files = {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/__init__.py": init,
+    files = {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels", "kernels/nested"]\n', "kernels/__init__.py": init,
              "kernels/helper.py": HELPER.format(scale=scale), "kernels/k.py": PACKAGE_KERNEL.format(up="."),
              "kernels/k.yaml": PACKAGE_SPEC.format(name="k", source="k.py"),
              "kernels/nested/__init__.py": "", "kernels/nested/k2.py": PACKAGE_KERNEL.format(up=".."),
@@ -226,7 +226,7 @@ def test_warm_check_sees_an_edited_helper_of_a_package(run_xisa, tmp_path):
     env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
     assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0    # the cells are now cached
     helper = root / "kernels" / "helper.py"
-    helper.write_text(helper.read_text().replace("SCALE = 2.0", "SCALE = 3.0"))
+    helper.write_text(helper.read_text().replace("2.0", "3.0"))
     verdicts = {}
     for mode in ("warm", "cold"):
         out = run_xisa("check", "--jobs", "1", "--format", "json", *(["--no-cache"] if mode == "cold" else []),
