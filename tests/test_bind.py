@@ -235,3 +235,28 @@ def test_warm_check_sees_an_edited_helper_of_a_package(run_xisa, tmp_path):
         verdicts[mode] = {c["kernel"]: (c["verdict"], c["head_sha256"]) for c in json.loads(out.out)["cells"]}
     assert verdicts["warm"] == verdicts["cold"]
     assert {kernel: verdict for kernel, (verdict, _) in verdicts["warm"].items()} == {"k": "changed", "k2": "changed"}
+
+
+def test_a_package_served_from_elsewhere_is_refused(tmp_path, monkeypatch):
+    """An import hook ahead of sys.path (an editable install's finder) hands out another folder's `kernels`:
+    the load refuses rather than compile the other folder's files."""
+    import importlib.util
+    import sys
+
+    other = _package_project(tmp_path / "other")
+
+    class Elsewhere:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name != "kernels":
+                return None
+            return importlib.util.spec_from_file_location(name, other / "kernels" / "__init__.py",
+                                                          submodule_search_locations=[str(other / "kernels")])
+
+    monkeypatch.setattr(sys, "meta_path", [Elsewhere, *sys.meta_path])
+    root = _package_project(tmp_path / "proj")
+    with pytest.raises(SpecError) as caught:
+        _load(root, "kernels/k.yaml")
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and "kernels/k.yaml: source: " in message
+    assert str(other / "kernels" / "__init__.py") in message and "fix: " in message
