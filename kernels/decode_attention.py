@@ -25,19 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
-try:
-    from . import check_utils as cu
-    from .kv_formats import (KV_BF16, KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes,
-                             decode_kv_tile, dequant_rows_reference, kv_format_of, quantize_rows,
-                             reader_for_arch)
-except ImportError:  # loaded by file path rather than as the kernels package
-    import os
-    import sys
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import check_utils as cu  # noqa: E402
-    from kv_formats import (KV_BF16, KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes,  # noqa: E402
-                            decode_kv_tile, dequant_rows_reference, kv_format_of, quantize_rows,
-                            reader_for_arch)
+from . import check_utils as cu
+from .kv_formats import (KV_BF16, KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes,
+                         decode_kv_tile, dequant_rows_reference, kv_format_of, quantize_rows,
+                         reader_for_arch)
 
 LOG2E = 1.4426950408889634
 

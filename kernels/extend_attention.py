@@ -13,13 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-try:
-    from . import check_utils as cu
-except ImportError:  # loaded by file path rather than as the kernels package
-    import os
-    import sys
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import check_utils as cu  # noqa: E402
+from . import check_utils as cu
 
 
 @triton.jit

@@ -13,16 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-try:
-    from . import check_utils as cu
-    from .kv_formats import KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes, decode_kv_f32, kv_format_of, reader_for_arch
-except ImportError:  # loaded by file path rather than as the kernels package
-    import os
-    import sys
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import check_utils as cu  # noqa: E402
-    from kv_formats import (KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes, decode_kv_f32,  # noqa: E402
-                            kv_format_of, reader_for_arch)
+from . import check_utils as cu
+from .kv_formats import KV_FP8, READER_GFX11, KV_FORMATS, READERS, as_codes, decode_kv_f32, kv_format_of, reader_for_arch
 
 
 @triton.jit

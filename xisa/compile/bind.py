@@ -213,22 +213,30 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
     sys.path is restored. So are the environment and Triton's knobs: a module that set one would change
     how every later kernel in the worker compiles; one that changes compilation is refused. Project
     modules are compiled from their source, never from a __pycache__ entry (trusted by mtime and size,
-    so an edit that keeps both would run the old code). The kernel module itself stays registered for
-    the on-device checks.
+    so an edit that keeps both would run the old code). A source inside a package folder imports as that
+    package's submodule: every module under the package's top name is set aside too (another project's
+    `kernels`, or the user's own in a pytest process, installed or not) and none of the load's stays, the
+    kernel module included (callers reach it through `_LOADED` and the function's globals).
     """
     global _READS, _ENV_READS
     if not _READS_HOOKED:
         _hook_reads()
     saved_path = list(sys.path)
     saved_environ, saved_knobs = dict(os.environ), _knob_settings()
-    set_aside = {name: module for name, module in list(sys.modules.items()) if _is_project_module(name, module)}
+    package = _package_of(spec.source_file, roots) if spec.source_file is not None else None
+    top = package[0].partition(".")[0] if package else None
+
+    def isolated(name: str, module: Any) -> bool:
+        return _is_project_module(name, module) or (top is not None and name.partition(".")[0] == top)
+
+    set_aside = {name: module for name, module in list(sys.modules.items()) if isolated(name, module)}
     for name in set_aside:
         del sys.modules[name]
     before = set(sys.modules)
     _READS, _ENV_READS = reads, variables = [], set()
     try:
         with _watched_environment(), _from_source():
-            module = _import_kernel_module(spec, roots)
+            module = _import_kernel_module(spec, roots, package)
         _READS, _ENV_READS = None, None  # hashing the files below reads them too
         added = {name: sys.modules[name] for name in set(sys.modules) - before}
         dependencies = _dependency_files(added, reads)
@@ -238,7 +246,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
         _READS, _ENV_READS = None, None
         for name in set(sys.modules) - before:
             added = sys.modules[name]   # an object put there in a module's place (`sys.modules[__name__] = ...`) too
-            if _is_project_module(name, added) or not isinstance(added, types.ModuleType):
+            if isolated(name, added) or not isinstance(added, types.ModuleType):
                 del sys.modules[name]
         sys.modules.update(set_aside)
         sys.path[:] = saved_path
@@ -249,7 +257,6 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
                         "would depend on which kernel loaded first", path=spec.spec_path,
                         field="source" if spec.source_file else "module",
                         fix="remove the setting from the module (xisa compiles every kernel as a default launch)")
-    sys.modules[module.__name__] = module
     return _LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())))
 
 
@@ -434,14 +441,58 @@ def load_digest() -> str:
     return hashlib.sha256(json.dumps(_COMPILING.loaded.dependencies, sort_keys=True).encode()).hexdigest()
 
 
-def _import_kernel_module(spec: KernelSpec, roots: list[Path]):
+def _package_of(source: Path, roots: list[Path]) -> tuple[str, Path] | None:
+    """A source in a package folder (one with __init__.py, nested ones too) -> its dotted module name and the
+    folder holding the top package; None for a file in a plain folder. The walk up stops at a folder whose name
+    is no identifier and at the project's edge, so a load never puts a folder outside the project on sys.path."""
+    parts = [] if source.name == "__init__.py" else [source.stem]
+    folder = source.parent
+    while ((folder / "__init__.py").is_file() and folder.name.isidentifier()
+           and any(_within(folder.parent, root) for root in roots)):
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if folder == source.parent or not all(part.isidentifier() for part in parts):
+        return None
+    return ".".join(parts), folder
+
+
+def _import_package_module(spec: KernelSpec, module_name: str, folder: Path):
+    """Import `module_name` from `folder` the normal way, each parent package first, so relative imports work;
+    a failing package `__init__.py` is named, and so is a package served from anywhere else."""
+    parts = module_name.split(".")
+    module = None
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        expected = spec.source_file if depth == len(parts) else folder.joinpath(*parts[:depth], "__init__.py")
+        shown = expected.relative_to(folder).as_posix()
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:
+            where = "" if expected == spec.source_file else f" in {shown}"
+            raise SpecError(f"importing {spec.source_file.name} failed{where}: {type(exc).__name__}: {exc}",
+                            path=spec.spec_path, field="source",
+                            fix=None if not where else "make the package's __init__.py import cleanly (it runs "
+                                "before every kernel in the package)") from None
+        origin = vars(module).get("__file__")
+        if not origin or Path(origin).resolve() != expected.resolve():
+            raise SpecError(f"{spec.source_file.name} imports as {module_name!r}, but {name!r} comes from "
+                            f"{origin or 'no file'}, not {shown}", path=spec.spec_path, field="source",
+                            fix=f"rename the package folder {parts[0]!r} (another importer serves that name)")
+    return module
+
+
+def _import_kernel_module(spec: KernelSpec, roots: list[Path], package: tuple[str, Path] | None = None):
     if spec.source_file is not None:
         source = spec.source_file
         if not any(_within(source, root) for root in roots):
             raise SpecError(f"{source} is outside the project's kernel roots", path=spec.spec_path, field="source",
                             fix="keep kernel sources inside the project")
-        module_name = f"xisa_kernels.{spec.name}.{source.stem}"
         sys.path.insert(0, str(source.parent))  # `from common import f` beside the kernel
+        if package is not None:
+            module_name, folder = package
+            sys.path.insert(0, str(folder))     # its top package, imported the normal way
+            return _import_package_module(spec, module_name, folder)
+        module_name = f"xisa_kernels.{spec.name}.{source.stem}"
         loader_spec = importlib.util.spec_from_file_location(module_name, source)
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[module_name] = module

@@ -9,7 +9,6 @@ normalized, must have the fingerprint that xisa computes ahead of time for the c
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 import traceback
@@ -90,8 +89,7 @@ def run_check(cell: Cell, device, *, roots: list[Path]) -> tuple[RuntimeResult, 
     started = time.perf_counter()
     try:
         fn = load_kernel_function(cell.kernel, roots=roots)
-        module = sys.modules.get(fn.fn.__module__)
-        check = getattr(module, cell.runtime, None) if module else None
+        check = fn.fn.__globals__.get(cell.runtime)   # the kernel module's namespace (no load stays in sys.modules)
         if check is None:
             raise XisaError(f"runtime check {cell.runtime!r} is not defined in the kernel module",
                             path=cell.kernel.spec_path, field=f"{cell.field_path}.runtime")
