@@ -163,6 +163,8 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     env, knobs = config.stash_before
     after_env, after_knobs = dict(os.environ), _knobs()
+    for state in (env, after_env):   # pytest's own: inherited from the outer test, popped by this pytest
+        state.pop("PYTEST_CURRENT_TEST", None)
     Path("probe.json").write_text(json.dumps({
         "env": sorted(k for k in set(env) | set(after_env) if env.get(k) != after_env.get(k)),
         "knobs": sorted(k for k in knobs if knobs[k] != after_knobs[k])}))
