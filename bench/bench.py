@@ -93,7 +93,7 @@ import json, sys, time
 from pathlib import Path
 from xisa.compile.cell import compile_cell
 from xisa.compile.toolchain import apply_pinned_env
-from xisa.workspace import open_workspace
+from xisa.api import open_workspace
 ws = open_workspace(cwd=Path(sys.argv[1]))
 apply_pinned_env(Path(sys.argv[2]))
 _, cells = ws.select(arch=sys.argv[3].split(","), kernel=None)

@@ -121,3 +121,66 @@ def test_xisa_runs_the_cells_alone_and_a_printed_node_id_reruns_one_cell(tinypro
         in typo.stderr
     scope = _pytest(tinyproj, shared_cache, "--xisa", "--xisa-scope", "gfx110")
     assert scope.returncode == 4 and "did you mean 'gfx1100'" in scope.stderr
+
+
+def test_a_stray_golden_fails_the_session_as_xisa_check_does(tinyproj, shared_cache, run_xisa):
+    """A golden with no cell: `xisa check` rejects it (unused, exit 1), so `pytest --xisa` must too: every
+    cell passes, the terminal summary names the golden, and the session fails (with and without xdist)."""
+    assert run_xisa("bless", "-q", cwd=tinyproj).code == 0
+    stray = tinyproj / "golden" / "scale" / "ghost" / "gfx942.yaml"
+    stray.parent.mkdir()
+    shutil.copy(tinyproj / "golden" / "scale" / "small" / "gfx942.yaml", stray)
+    check = run_xisa("check", cwd=tinyproj)
+    assert check.code == 1 and "unused: scale:ghost@gfx942" in check.out
+    for extra in ((), ("-n", "2")):
+        session = _pytest(tinyproj, shared_cache, "--xisa", *extra)
+        assert session.returncode == 1 and "8 passed" in session.stdout and "failed" not in session.stdout, \
+            session.stdout[-2000:]
+        assert "unused golden: scale:ghost@gfx942" in session.stdout and "golden/scale/ghost/gfx942.yaml" \
+            in session.stdout, session.stdout[-2000:]
+    # Outside the selection, the golden is not judged, as by `xisa check --arch gfx1100`.
+    narrow = _pytest(tinyproj, shared_cache, "--xisa", "--xisa-arch", "gfx1100")
+    assert narrow.returncode == 0 and "unused" not in narrow.stdout, narrow.stdout[-2000:]
+    # Cells deselected by -k still exist: their goldens are not unused.
+    stray.unlink()
+    keyword = _pytest(tinyproj, shared_cache, "--xisa", "-k", "gfx942")
+    assert keyword.returncode == 0 and "unused" not in keyword.stdout, keyword.stdout[-2000:]
+
+
+KNOB_PROBE = '''
+import json, os
+from pathlib import Path
+
+def _knobs():
+    from triton import knobs
+    return {f"{name}.{knob}": repr(getattr(getattr(knobs, name), knob))
+            for name in ("cache", "compilation", "language", "amd", "runtime")
+            for knob in getattr(knobs, name).knob_descriptors}
+
+def pytest_configure(config):
+    config.stash_before = (dict(os.environ), _knobs())
+
+def pytest_unconfigure(config):
+    env, knobs = config.stash_before
+    after_env, after_knobs = dict(os.environ), _knobs()
+    for state in (env, after_env):   # pytest's own: inherited from the outer test, popped by this pytest
+        state.pop("PYTEST_CURRENT_TEST", None)
+    Path("probe.json").write_text(json.dumps({
+        "env": sorted(k for k in set(env) | set(after_env) if env.get(k) != after_env.get(k)),
+        "knobs": sorted(k for k in knobs if knobs[k] != after_knobs[k])}))
+'''
+
+
+def test_the_session_gives_the_environment_and_triton_knobs_back(tinyproj, tmp_path):
+    """A cold compile pins Triton's codegen variables and points its cache at xisa's: after the xisa
+    session, the user's process has its own environment and Triton knobs again."""
+    (tinyproj / "conftest.py").write_text(KNOB_PROBE)
+    cold = tmp_path / "cold-cache"
+    session = _pytest(tinyproj, cold, "--xisa", "--xisa-update", "--xisa-arch", "gfx942", "--xisa-kernel",
+                      "scale:small")
+    assert session.returncode == 0 and "1 passed" in session.stdout, session.stdout[-2000:] + session.stderr[-2000:]
+    assert any(cold.iterdir())                                   # it compiled, cold
+    import json
+
+    probe = json.loads((tinyproj / "probe.json").read_text())
+    assert probe == {"env": [], "knobs": []}

@@ -149,7 +149,7 @@ def test_an_expectation_that_can_never_apply_or_count_is_refused(tmp_path, targe
     """A target pattern that matches no target, or an instruction spelt so that no target the pattern
     matches can ever print it (AMD's manuals write `V_CVT_PK_F32_FP8`; LLVM prints lower case), made an
     expectation that always held: `V_CVT_PK_F32_FP8: 0` counted 0 on gfx11 whatever the code."""
-    from xisa.workspace import Workspace
+    from xisa.api import Workspace
 
     workspace = Workspace(project=None, targets=targets, specs=[load_spec(_expect_spec(tmp_path, expect))])
     with pytest.raises(SpecError) as info:
@@ -158,7 +158,7 @@ def test_an_expectation_that_can_never_apply_or_count_is_refused(tmp_path, targe
 
 
 def test_expectations_for_both_vendors_under_one_pattern_are_accepted(tmp_path, targets):
-    from xisa.workspace import Workspace
+    from xisa.api import Workspace
 
     expect = "'*': {HMMA: 0, v_mfma_f32_16x16x16_f16: 0, 'V*': 0, 'HGMMA.64x128x16*': 0}"
     workspace = Workspace(project=None, targets=targets, specs=[load_spec(_expect_spec(tmp_path, expect))])

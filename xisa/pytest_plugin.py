@@ -1,6 +1,8 @@
 """pytest integration: `@pytest.mark.xisa_device(...)` gating, and `pytest --xisa` (one item per cell).
 
-Thin glue, as in syrupy: the verdicts come from xisa's report objects, pytest only presents them.
+Thin glue, as in syrupy: a session compiles the cells in one pool and judges them in one report
+(`xisa.api`); pytest only presents the verdicts, and fails the session on goldens the selection
+leaves unused, as `xisa check` does.
 
 `pytest --xisa` runs the cells only; naming test paths too (`pytest --xisa tests/`) runs those as
 well. Each cell's node id is `xisa::KERNEL:CASE@TARGET`, and passing one back (a glob too, as in
@@ -18,6 +20,8 @@ import pytest
 
 _DEVICES_KEY = pytest.StashKey[object]()
 _SELECT_KEY = pytest.StashKey[list]()
+_UNUSED_KEY = pytest.StashKey[list]()
+_SELECTION_KEY = pytest.StashKey[tuple]()
 NODE_PREFIX = "xisa::"          # a cell's node id: xisa::kernel:case@target
 
 
@@ -86,38 +90,75 @@ class XisaCellFailure(Exception):
     pass
 
 
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+class XisaSession:
+    """The cells of one pytest process, as syrupy keeps its snapshots: compiled in one pool when the
+    first of them runs (an xdist worker compiles each cell it is handed), judged in one report; the
+    goldens the selection leaves unused are listed at the end and fail the session."""
+
+    def __init__(self, config: pytest.Config, ws, chosen, cells):
+        self.config, self.ws, self.chosen, self.cells = config, ws, chosen, cells
+        self.results: dict[str, object] = {}
+        self.failures: dict[str, list] = {}
+        self.verdicts: dict[str, object] = {}
+        self.problems: list[str] = []
+
+    def _compile(self, cells) -> None:
+        from xisa import api
+        from xisa.compile.runner import RunOptions
+
+        run = api.compile_cells(self.ws, self.chosen, cells, options=RunOptions())
+        self.results.update((result.id, result) for result in run.results)
+        self.failures.update(run.failures)
+        if not self.config.getoption("xisa_update"):
+            report = api.judge(self.ws, run, kernel_filters=[f"{c.kernel.name}:{c.case}" for c in cells],
+                               scopes=self.config.getoption("xisa_scope"))
+            self.verdicts.update((v.id, v) for v in report.verdicts)
+            self.problems = report.problems
+
+    def outcome(self, item: "XisaCellItem"):
+        """The item's result and verdict; the first item compiles every cell this process will run."""
+        if item.cell.id not in self.results:
+            if _is_xdist_worker(self.config):
+                cells = [item.cell]
+            else:
+                cells = [i.cell for i in item.session.items
+                         if isinstance(i, XisaCellItem) and i.cell.id not in self.results]
+            self._compile(cells)
+        return self.results[item.cell.id], self.verdicts.get(item.cell.id)
+
+    def bless(self, cell, result) -> None:
+        """One cell's golden, and nothing else: a -k that deselects cells must not remove their goldens."""
+        from xisa import api
+
+        run = api.Run(targets=[cell.target], results=[result], failures={})
+        api.bless_run(self.ws, run, kernel_filters=[f"{cell.kernel.name}:{cell.case}"])
+
+
 class XisaCellItem(pytest.Item):
-    def __init__(self, *, cell, workspace, **kwargs):
+    def __init__(self, *, cell, xisa_session: XisaSession, **kwargs):
         super().__init__(**kwargs)
         self.cell = cell
-        self.workspace = workspace
+        self.xisa_session = xisa_session
         self.add_marker("xisa_cell")
 
     def runtest(self) -> None:
-        from xisa.golden.bless import bless
-        from xisa.compile.runner import RunOptions, run_cells
-        from xisa.compile.toolchain import describe_toolchain
-        from xisa.golden.verdict import build_report
-        from xisa.workspace import expectation_failures
+        import sys
 
-        cell, ws, config = self.cell, self.workspace, self.config
-        [result] = run_cells([cell], roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir,
-                             options=RunOptions(jobs=1))
-        failures = {cell.id: expectation_failures(cell, result)}
-        toolchain = describe_toolchain(backends={cell.target.backend})
-        if config.getoption("xisa_update"):
+        session = self.xisa_session
+        result, verdict = session.outcome(self)
+        for failure in session.failures.get(self.cell.id, []):   # on stderr, as every xisa command prints them
+            print(f"expectation failed {self.cell.id}: {failure}", file=sys.stderr)
+        if self.config.getoption("xisa_update"):
             if not result.ok:
                 raise XisaCellFailure(f"compile error, nothing blessed: {result.error}")
-            bless([result], golden_dir=ws.project.golden_dir, display_root=ws.project.root,
-                  toolchains={cell.target.name: toolchain}, stream_files=ws.project.stream_files,
-                  selected_targets={cell.target.name}, kernel_filters=[f"{cell.kernel.name}:{cell.case}"])
+            session.bless(self.cell, result)
             return
-        report = build_report([result], failures, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
-                              selected_targets={cell.target.name}, kernel_filters=[f"{cell.kernel.name}:{cell.case}"],
-                              scopes=config.getoption("xisa_scope"), toolchain=toolchain)
-        verdict = next(v for v in report.verdicts if v.id == cell.id)
-        if report.problems:
-            raise XisaCellFailure("untrusted: " + "; ".join(report.problems))
+        if session.problems:
+            raise XisaCellFailure("untrusted: " + "; ".join(session.problems))
         if verdict.verdict == "error" or verdict.is_regression:
             raise XisaCellFailure(_explain(verdict))
 
@@ -165,20 +206,20 @@ class XisaCollector(pytest.Collector):
         return []
 
 
-@pytest.hookimpl(tryfirst=True)   # before -k / -m deselect, so they apply to cells too
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getoption("xisa"):
-        return
+def _select(config: pytest.Config):
+    """The workspace, targets and cells of `--xisa` (its --xisa-arch, --xisa-kernel and `xisa::` node ids),
+    and the scopes checked; a bad option is a usage error."""
+    if _SELECTION_KEY in config.stash:
+        return config.stash[_SELECTION_KEY]
+    from xisa import api
     from xisa.errors import XisaError
     from xisa.names import closest
-    from xisa.golden.verdict import check_scopes
-    from xisa.workspace import open_workspace
 
     try:
-        ws = open_workspace(cwd=Path(str(config.rootpath)))
-        _, cells = ws.select(arch=config.getoption("xisa_arch") or None, kernel=config.getoption("xisa_kernel") or None)
-        check_scopes(config.getoption("xisa_scope"), targets=sorted(ws.targets),
-                     cases={spec.name: [case.name for case in spec.cases] for spec in ws.specs})
+        ws = api.open_workspace(cwd=Path(str(config.rootpath)))
+        chosen, cells = ws.select(arch=config.getoption("xisa_arch") or None,
+                                  kernel=config.getoption("xisa_kernel") or None)
+        api.validate_scopes(config.getoption("xisa_scope"), ws)
     except XisaError as exc:
         raise pytest.UsageError(f"xisa: {exc}") from None
     selectors = config.stash.get(_SELECT_KEY, [])
@@ -189,6 +230,49 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                     + (f" (did you mean {NODE_PREFIX}{near}?)" if near else ""))
     if selectors:
         cells = [cell for cell in cells if any(fnmatch.fnmatchcase(cell.id, s) for s in selectors)]
+    config.stash[_SELECTION_KEY] = ws, chosen, cells
+    return ws, chosen, cells
+
+
+@pytest.hookimpl(tryfirst=True)   # before -k / -m deselect, so they apply to cells too
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("xisa"):
+        return
+    ws, chosen, cells = _select(config)
+    xisa_session = XisaSession(config, ws, chosen, cells)
     parent = XisaCollector.from_parent(session, name="xisa", nodeid="xisa")
     for cell in cells:
-        items.append(XisaCellItem.from_parent(parent, name=cell.id, cell=cell, workspace=ws))
+        items.append(XisaCellItem.from_parent(parent, name=cell.id, cell=cell, xisa_session=xisa_session))
+
+
+def _unused_goldens(config: pytest.Config) -> list:
+    """The goldens of the selection with no cell, as `xisa check` finds them (in the process that
+    reports: not in an xdist worker)."""
+    from xisa import api
+
+    ws, chosen, cells = _select(config)
+    return api.unused_goldens(ws, chosen, cells, kernel_filters=config.getoption("xisa_kernel") or None,
+                              cell_patterns=config.stash.get(_SELECT_KEY, []))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if (not config.getoption("xisa", default=False) or _is_xdist_worker(config) or config.option.collectonly
+            or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)):
+        return
+    try:
+        unused = _unused_goldens(config)
+    except pytest.UsageError:   # an xdist controller, whose workers have reported it already
+        return
+    config.stash[_UNUSED_KEY] = unused
+    if unused and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    unused = config.stash.get(_UNUSED_KEY, [])
+    if not unused:
+        return
+    terminalreporter.write_sep("-", f"xisa: {len(unused)} unused golden{'s' if len(unused) != 1 else ''}", red=True)
+    for verdict in unused:
+        terminalreporter.write_line(f"unused golden: {verdict.id}: {verdict.golden_file}: {verdict.message}")

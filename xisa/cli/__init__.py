@@ -1,4 +1,6 @@
-"""The command line: a typer app whose commands are thin wrappers over library calls.
+"""The command line: a typer app whose commands parse options, call `xisa.api` and render the result.
+
+Every command is registered here, explicitly: the command modules never import this one.
 
 This is the one error boundary: a domain error becomes one line on stderr and its exit code.
 SIGTERM and SIGHUP stop a run as Ctrl-C does (workers killed, no golden half-written, temp files
@@ -14,6 +16,12 @@ import threading
 
 import typer
 
+from xisa.cli.check import bless, check, diff, merge
+from xisa.cli.compile import compile_command
+from xisa.cli.device import device
+from xisa.cli.doctor import doctor
+from xisa.cli.inspect import cache_clear, kernels, targets
+from xisa.cli.report import report
 from xisa.errors import XisaError
 
 app = typer.Typer(
@@ -22,10 +30,11 @@ app = typer.Typer(
 )
 cache_app = typer.Typer(help="The result cache private to xisa.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
-
-
-def _register() -> None:
-    from xisa.cli import check, compile, device, doctor, inspect, report  # noqa: F401  (commands register themselves)
+for name, command in (("check", check), ("bless", bless), ("diff", diff), ("merge", merge),
+                      ("compile", compile_command), ("device", device), ("doctor", doctor), ("targets", targets),
+                      ("kernels", kernels), ("report", report)):
+    app.command(name)(command)
+cache_app.command("clear")(cache_clear)
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -68,7 +77,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str] | None) -> None:
     try:
-        _register()
         code = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here
         if code == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into Exit(130); no command exits 130 itself
             _interrupted()

@@ -9,20 +9,15 @@ from typing import Annotated, Optional
 import typer
 from rich.text import Text
 
-from xisa.cli import app
+from xisa import api
+from xisa.analyze.expect import ISA_OF_BACKEND, check_key
 from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
-                                  TimeoutOption,
-                                  stderr, stdout)
-from xisa.compile.emit import emit_stages
+                              TimeoutOption, print_failure_lines, run_options, stderr, stdout)
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.render.progress import progress_reporter
-from xisa.analyze.expect import ISA_OF_BACKEND, check_key
 from xisa.render.report import compile_payload, error_block, render_compile_markdown, render_compile_table
-from xisa.compile.runner import RunOptions
-from xisa.workspace import compile_cells, open_workspace, select_cells
 
 
-@app.command("compile")
 def compile_command(
     arch: ArchOption = None,
     kernel: KernelOption = None,
@@ -40,27 +35,19 @@ def compile_command(
     """Cross-compile kernel cases for targets (no GPU needed) and print histograms, resources, fingerprints."""
     for pattern in count or []:
         check_key(pattern, path=None, field="--count")
-    ws = open_workspace(spec=spec)
-    chosen, cells = select_cells(ws, arch=arch, kernel=kernel)
-    options = RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache, keep_stages=emit is not None)
-    with progress_reporter(len(cells)) as advance:
-        run = compile_cells(ws, chosen, cells, options=options, progress=advance)
+    run = api.compile(arch=arch, kernel=kernel, spec=spec, options=run_options(jobs, timeout, no_cache), emit=emit,
+                      progress=progress_reporter)
     results, failures = run.results, run.failures
     if emit is not None:
-        written = emit_stages(emit, cells, results)
-        stderr().print(f"wrote {written} files under {emit}")
-    backends = {t.backend for t in chosen}
+        stderr().print(f"wrote {run.emitted} files under {emit}")
     if as_json:
-        typer.echo(json.dumps(compile_payload(results, failures, backends=backends), indent=2, sort_keys=True))
+        typer.echo(json.dumps(compile_payload(results, failures, backends=run.backends), indent=2, sort_keys=True))
     elif markdown:
         typer.echo(render_compile_markdown(results, counts=count or []), nl=False)
     elif not quiet:
         render_compile_table(stdout(), results, failures, counts=count or [], top=top,
-                             isa_of={t.name: ISA_OF_BACKEND[t.backend] for t in chosen})
-    else:
-        for cell_id, fails in failures.items():
-            for failure in fails:
-                stdout().print(f"expectation failed {cell_id}: {failure}", markup=False, highlight=False)
+                             isa_of={t.name: ISA_OF_BACKEND[t.backend] for t in run.targets})
+    print_failure_lines(run.failure_lines())
     errors = [r for r in results if not r.ok]
     for result in errors:
         stderr().print(Text(error_block(f"error {result.id}", result.error or ""), style="red"), highlight=False)

@@ -10,16 +10,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from xisa.cli import app
-from xisa.cli.options import ArchOption, JobsOption, KernelOption, SpecOption, TimeoutOption, stdout
-from xisa.device.tier import run_device_tier
-from xisa.compile.runner import RunOptions
-from xisa.workspace import open_workspace
+from xisa import api
+from xisa.cli.options import ArchOption, JobsOption, KernelOption, SpecOption, TimeoutOption, run_options, stdout
 
 _STYLE = {"pass": "green", "fail": "red", "error": "red", "skip": "yellow"}
 
 
-@app.command()
 def device(
     arch: ArchOption = None, kernel: KernelOption = None, spec: SpecOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -27,8 +23,7 @@ def device(
     emit: Annotated[Optional[Path], typer.Option("--emit", help="Write launch and ahead-of-time stages to DIR.")] = None,
 ) -> None:
     """Run the cases' runtime checks on the GPU present and prove the launch compiled what xisa predicts."""
-    ws = open_workspace(spec=spec)
-    report = run_device_tier(ws, arch=arch, kernel=kernel, options=RunOptions(jobs=jobs, timeout=timeout), emit=emit)
+    report = api.device(arch=arch, kernel=kernel, spec=spec, options=run_options(jobs, timeout, False), emit=emit)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         raise typer.Exit(report.exit_code)

@@ -8,17 +8,16 @@ from typing import Annotated
 
 import typer
 
-from xisa.cli import app
-from xisa.doctor import diagnose, render_doctor_text
+from xisa import api
+from xisa.render.doctor import render_doctor_text
 
 
-@app.command()
 def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (schema in docs/json-schema.md).")] = False,
 ) -> None:
     """Check that results made here can be trusted: exit 0 all fine, 2 a refused variable is set or the
     goldens were made with another toolchain."""
-    info = diagnose()
+    info = api.doctor()
     if as_json:
         sys.stdout.write(json.dumps(info, indent=2, sort_keys=True) + "\n")
     else:

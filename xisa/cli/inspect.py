@@ -7,17 +7,15 @@ import json
 import typer
 from rich.table import Table
 
-from xisa.compile.cache import ResultCache
-from xisa.cli import app, cache_app
+from xisa.api import open_workspace
 from xisa.cli.options import ArchOption, SpecOption, stdout
-from xisa.spec.project import load_project
+from xisa.compile.cache import ResultCache
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 from xisa.spec.cases import case_targets
+from xisa.spec.project import load_project
 from xisa.spec.targets import load_targets, select_targets
-from xisa.workspace import open_workspace
 
 
-@app.command()
 def targets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the known targets (bundled and the project's own targets/)."""
     project = load_project()
@@ -33,7 +31,6 @@ def targets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
     stdout().print(table)
 
 
-@app.command()
 def kernels(spec: SpecOption = None, arch: ArchOption = None,
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List kernels, their cases and the targets each case runs on."""
@@ -56,7 +53,6 @@ def kernels(spec: SpecOption = None, arch: ArchOption = None,
     out.print(f"{len(ws.specs)} kernels, {len(rows)} cases, {sum(len(r['targets']) for r in rows)} cells")
 
 
-@cache_app.command("clear")
 def cache_clear() -> None:
     """Empty xisa's result cache."""
     project = load_project()

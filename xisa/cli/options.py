@@ -35,6 +35,19 @@ NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Compile every c
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict and errors.")]
 
 
+def run_options(jobs: int, timeout: float, no_cache: bool, *, keep_stages: bool = False):
+    from xisa.compile.runner import RunOptions
+
+    return RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache, keep_stages=keep_stages)
+
+
+def print_failure_lines(lines: list[str]) -> None:
+    """Failed expectations, on stderr in every command (`expectation failed ID: WHY`, one a line)."""
+    err = stderr()
+    for line in lines:
+        err.print(line, markup=False, highlight=False)
+
+
 def stdout() -> Console:
     return Console(highlight=False, soft_wrap=False, width=None if os.isatty(1) else 200)
 

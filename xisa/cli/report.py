@@ -7,18 +7,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from xisa.cli import app
-from xisa.cli.check import ScopeOption, _accept, _run, _validate_scopes
+from xisa import api
+from xisa.cli.check import ScopeOption
 from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
-                                  TimeoutOption, stderr, stdout)
-from xisa.errors import EXIT_OK, EXIT_UNTRUSTED
+                              TimeoutOption, print_failure_lines, run_options, stderr, stdout)
 from xisa.render.html import render_html, write_html
-from xisa.compile.toolchain import describe_toolchain
-from xisa.golden.verdict import build_report
-from xisa.workspace import open_workspace
+from xisa.render.progress import progress_reporter
 
 
-@app.command()
 def report(
     html_file: Annotated[Path, typer.Option("--html", help="Write the HTML page to FILE.")],
     base: Annotated[Optional[str], typer.Option(
@@ -33,31 +29,19 @@ def report(
 
     Without --base: the same verdicts and exit code as `xisa check`. With --base REV: as `xisa diff`
     (exit 0 unless the result cannot be trusted)."""
-    _validate_scopes(scope)
-    ws = open_workspace(spec=spec, golden=golden)
-    _validate_scopes(scope, ws)
-    run = _run(ws, arch, kernel, jobs, timeout, no_cache)
-    toolchain = describe_toolchain(backends=run.backends)
-    common = dict(selected_targets={t.name for t in run.targets}, kernel_filters=kernel, scopes=scope or [],
-                  toolchain=toolchain)
+    outcome = api.review(base=base, arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope,
+                         options=run_options(jobs, timeout, no_cache), progress=progress_reporter)
     if base is None:
-        result = build_report(run.results, run.failures, golden_dir=ws.project.golden_dir,
-                              display_root=ws.project.root, **common)
-        page_title = title or "xisa check"
-        code, note = result.exit_code, ""
-        accept = _accept(result, ws, kernel, spec, golden)
+        page_title, note = title or "xisa check", ""
     else:
-        from xisa.spec import gitrev
-        with gitrev.goldens_at(base, ws.project, golden=golden) as base_dir:
-            result = build_report(run.results, run.failures, golden_dir=base_dir, display_root=base_dir, **common)
         page_title = title or f"xisa: ISA against {base}"
-        code = EXIT_UNTRUSTED if result.exit_code == EXIT_UNTRUSTED else EXIT_OK
         note = f"against --base {base} this command reports changes and fails only when they cannot be trusted"
-        accept = None
-    write_html(html_file, render_html(result, title=page_title, exit_code=code, exit_note=note, accept=accept))
+    write_html(html_file, render_html(outcome.report, title=page_title, exit_code=outcome.exit_code, exit_note=note,
+                                      accept=outcome.accept))
     if not quiet:
         from xisa.render.report import summary_line
 
-        stdout().print(summary_line(result), markup=False)
+        stdout().print(summary_line(outcome.report), markup=False)
     stderr().print(f"wrote {html_file}", markup=False)
-    raise typer.Exit(code)
+    print_failure_lines(outcome.failure_lines)
+    raise typer.Exit(outcome.exit_code)

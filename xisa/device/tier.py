@@ -7,13 +7,14 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from xisa.device.detect import Device, detect_devices, present_targets
+from xisa.device.detect import Device, present_targets
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.device.launch import (RuntimeResult, diff_bindings, fresh_launch_cache, launch_binding, launch_fingerprint,
                           run_check)
 from xisa.compile.runner import RunOptions, run_cells
 from xisa.compile.toolchain import check_environment, describe_toolchain, pinned_overrides
-from xisa.workspace import Workspace
+from xisa.spec.cases import Cell
+from xisa.spec.targets import Target
 
 
 @dataclass
@@ -41,12 +42,11 @@ class DeviceReport:
                 "exit_code": self.exit_code}
 
 
-def run_device_tier(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None, options: RunOptions,
-                    devices: list[Device] | None = None, emit: Path | None = None) -> DeviceReport:
-    """`emit`: write each cell's launch and ahead-of-time stages there, to diff a fidelity failure."""
-    devices = detect_devices(ws.targets) if devices is None else devices
+def run_device_tier(chosen: list[Target], cells: list[Cell], *, devices: list[Device], roots: list[Path],
+                    cache_dir: Path, options: RunOptions, emit: Path | None = None) -> DeviceReport:
+    """The selected cells (`chosen` targets) on `devices`; `roots` are the kernels' import roots.
+    `emit`: write each cell's launch and ahead-of-time stages there, to diff a fidelity failure."""
     present = present_targets(devices)
-    chosen, cells = ws.select(arch=arch, kernel=kernel)
     report = DeviceReport(devices=devices, results=[])
     for target in chosen:
         if target.name not in present:
@@ -71,7 +71,7 @@ def run_device_tier(ws: Workspace, *, arch: list[str] | None, kernel: list[str] 
     try:
         if emit is not None:
             options = RunOptions(jobs=options.jobs, timeout=options.timeout, use_cache=False, keep_stages=True)
-        aot = run_cells(runnable, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir, options=options)
+        aot = run_cells(runnable, roots=roots, cache_dir=cache_dir, options=options)
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -82,7 +82,7 @@ def run_device_tier(ws: Workspace, *, arch: list[str] | None, kernel: list[str] 
     for cell, aot_result in zip(runnable, aot):
         device = present[cell.target.name]
         torch.cuda.set_device(device.index)
-        result, launch = run_check(cell, torch.device("cuda", device.index), roots=list(ws.project.kernel_roots))
+        result, launch = run_check(cell, torch.device("cuda", device.index), roots=roots)
         report.results.append(result)
         if launch is None:
             continue

@@ -1,0 +1,482 @@
+"""The application layer: each of xisa's jobs written once, as plain functions that return result objects.
+
+Compile a selection, check it against its goldens (or against a base revision, its goldens read from
+git or its kernels compiled), bless it, review it as a page, run it on the GPUs present, diagnose the
+machine. The CLI commands and the pytest plugin parse their options, call one of these and render
+what comes back; nothing here prints or exits: refusals are the typed errors of `xisa.errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import fnmatch
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ContextManager
+
+from xisa.analyze.expect import Failure, check_against_targets, evaluate, validate
+from xisa.compile.result import CellResult
+from xisa.compile.runner import RunOptions, run_cells
+from xisa.compile.toolchain import describe_toolchain
+from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, SpecError, ToolchainError, UsageError
+from xisa.golden.bless import BlessOutcome, bless as write_goldens
+from xisa.golden.store import golden_paths, read_golden_toolchain
+from xisa.golden.verdict import UNUSED, CellVerdict, CheckReport, Scope, build_report, check_scopes
+from xisa.names import display_path
+from xisa.spec.cases import Cell, KernelSpec, build_cells, discover_spec_files, load_specs
+from xisa.spec.project import Project, load_project
+from xisa.spec.shard import parse_shard, shard_of
+from xisa.spec.targets import Target, load_targets, select_targets
+
+# How a caller watches a compile: given the number of cells, a context that yields a callback called
+# with each result as it arrives (the CLI's progress bar); by default, nothing.
+Progress = Callable[[int], ContextManager[Callable[[CellResult], None]]]
+
+
+@contextlib.contextmanager
+def no_progress(total: int) -> Iterator[Callable[[CellResult], None]]:
+    yield lambda result: None
+
+
+# --------------------------------------------------------------------------------- the project
+
+@dataclass
+class Workspace:
+    project: Project
+    targets: dict[str, Target]
+    specs: list[KernelSpec]
+
+    def select(self, *, arch: list[str] | None = None, kernel: list[str] | None = None) -> tuple[list[Target], list[Cell]]:
+        chosen = select_targets(self.targets, arch)
+        if kernel:
+            names = {s.name for s in self.specs}
+            for flt in kernel:
+                kpat = flt.partition(":")[0]
+                if not any(fnmatch.fnmatchcase(n, kpat) for n in names):
+                    near = difflib.get_close_matches(kpat, sorted(names), n=1)
+                    raise SpecError(f"no kernel matches {flt!r}", field="--kernel",
+                                    fix=f"did you mean {near[0]!r}?" if near else f"kernels: {', '.join(sorted(names))}")
+        cells = build_cells(self.specs, chosen, kernel_filters=kernel)
+        known = {name: target.backend for name, target in self.targets.items()}
+        for cell in cells:
+            validate(cell.expect, path=cell.kernel.spec_path, field=cell.field_path)
+            check_against_targets(cell.expect, known, path=cell.kernel.spec_path, field=cell.field_path)
+        return chosen, cells
+
+
+def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None, cwd: Path | None = None) -> Workspace:
+    project = load_project(cwd=cwd, spec=spec, golden=golden)
+    targets = load_targets(list(project.target_dirs), root=project.root)
+    files = discover_spec_files(list(project.spec_paths))
+    if not files:
+        raise SpecError("no kernel specs found", path=", ".join(project.display(p) for p in project.spec_paths),
+                        fix="add kernels/<name>.yaml or pass --spec PATH")
+    specs = load_specs(files, root=project.root)
+    return Workspace(project=project, targets=targets, specs=specs)
+
+
+def select_cells(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None,
+                 shard: tuple[int, int] | None = None) -> tuple[list[Target], list[Cell]]:
+    chosen, cells = ws.select(arch=arch, kernel=kernel)
+    if shard is not None:
+        index, count = shard
+        cells = [c for c in cells if shard_of(c.id, count) == index - 1]
+    return chosen, cells
+
+
+def validate_scopes(scopes: list[str] | None, ws: Workspace | None = None, *,
+                    also: list[tuple[str, str, str]] | tuple = ()) -> None:
+    """A bad --scope is refused before anything compiles: its syntax, and (given the workspace) a
+    part that matches no known target, kernel or case; `also` adds (kernel, case, target) names that
+    only a base revision has."""
+    if ws is None:
+        for text in scopes or []:
+            Scope.parse(text)
+        return
+    targets = set(ws.targets) | {target for _, _, target in also}
+    cases = {spec.name: {case.name for case in spec.cases} for spec in ws.specs}
+    for kernel, case, _ in also:
+        cases.setdefault(kernel, set()).add(case)
+    check_scopes(scopes or [], targets=sorted(targets), cases={k: sorted(v) for k, v in cases.items()})
+
+
+def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root: Path, label: str = "") -> None:
+    """Refuse, before anything compiles, goldens of the selection made with another toolchain than the
+    one their cells compile with: no compile could be compared with them (exit 2, one line).
+
+    Triton's version always counts; the AMD codegen revision or ptxas's version counts where both the
+    golden and the installed toolchain name one for the cell's backend. Unreadable goldens are left to
+    the per-cell verdict, which reports each one."""
+    installed_by_backend: dict[str, dict[str, str]] = {}
+    mismatched: dict[tuple[str, str, str], list[str]] = {}   # (fact, golden's, installed) -> files
+    for cell in cells:
+        yaml_path, _ = golden_paths(golden_dir, cell.kernel.name, cell.case, cell.target.name)
+        recorded = read_golden_toolchain(yaml_path)
+        if recorded is None:
+            continue
+        shown = label + display_path(yaml_path, display_root)
+        backend = cell.target.backend
+        if backend not in installed_by_backend:
+            installed_by_backend[backend] = describe_toolchain(backends={backend})
+        for fact, value in installed_by_backend[backend].items():
+            if fact in recorded and str(recorded[fact]) != value:
+                mismatched.setdefault((fact, str(recorded[fact]), value), []).append(shown)
+    if not mismatched:
+        return
+    (fact, theirs, ours), files = max(mismatched.items(), key=lambda item: len(item[1]))
+    others = len({f for group in mismatched.values() for f in group} - set(files))
+    name = {"triton": "Triton", "amd_codegen": "the AMD codegen revision", "ptxas": "ptxas"}.get(fact, fact)
+    if label:   # a base revision's goldens: re-blessing this tree cannot change them
+        fix = (f"pip install triton=={theirs}, or judge against the base compiled with {ours}: --compile-base"
+               if fact == "triton" else "install the Triton build the goldens were made with, or judge against "
+                                        "the base compiled with this one: --compile-base")
+    else:
+        fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
+               else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
+    count = len(files)
+    raise ToolchainError(f"{count} golden{'s' if count != 1 else ''} of this selection {'were' if count != 1 else 'was'} "
+                         f"made with {name} {theirs} but {ours} is installed"
+                         + (f" ({others} more of yet another toolchain)" if others else "")
+                         + ": no compile could be compared with them", path=files[0], field="toolchain", fix=fix)
+
+
+# --------------------------------------------------------------------------------- compiling
+
+@dataclass
+class Run:
+    """One compile of a selection: its targets, the cells' results and their expectation failures."""
+
+    targets: list[Target]
+    results: list[CellResult]
+    failures: dict[str, list[Failure]]
+    emitted: int | None = None      # files written by `compile(emit=...)`
+
+    @property
+    def backends(self) -> set[str]:
+        return {t.backend for t in self.targets}
+
+    def toolchain(self) -> dict[str, str]:
+        """The toolchain facts of every backend of the run: what a report records."""
+        return describe_toolchain(backends=self.backends)
+
+    def toolchains(self) -> dict[str, dict[str, str]]:
+        """Per target, the toolchain facts of its backend only: what its golden records."""
+        return {t.name: describe_toolchain(backends={t.backend}) for t in self.targets}
+
+    def failure_lines(self) -> list[str]:
+        """Each failed expectation as the one line every command prints on stderr."""
+        return [f"expectation failed {cell_id}: {failure}" for cell_id, fails in self.failures.items()
+                for failure in fails]
+
+
+def expectation_failures(cell: Cell, result: CellResult) -> list[Failure]:
+    if not result.ok or result.analysis is None:
+        return []
+    return evaluate(cell.expect, cell.target.name, result.analysis, path=cell.kernel.spec_path, field=cell.field_path)
+
+
+@contextlib.contextmanager
+def restored_environment() -> Iterator[None]:
+    """A compile pins Triton's codegen variables and its cache folder in this process (its workers
+    inherit them); the caller, a user's test session, gets its own environment back afterwards."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def compile_cells(ws: Workspace, chosen: list[Target], cells: list[Cell], *, options: RunOptions,
+                  progress: Progress = no_progress) -> Run:
+    """One pool for the whole selection; results in the order of `cells`."""
+    with restored_environment(), progress(len(cells)) as advance:
+        results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir,
+                            options=options, progress=advance)
+    failures = {cell.id: expectation_failures(cell, result) for cell, result in zip(cells, results)}
+    return Run(targets=chosen, results=results, failures=failures)
+
+
+def compile_selection(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None, options: RunOptions,
+                      shard: str | None = None, golden_dirs: list[tuple[Path, str]] | tuple = (),
+                      progress: Progress = no_progress) -> Run:
+    """Select and compile. `shard` is the `I/N` text of --shard. `golden_dirs` (folder, label) are checked
+    for another toolchain first, so a mismatch is one line before any compile, not a report after all."""
+    chosen, cells = select_cells(ws, arch=arch, kernel=kernel, shard=parse_shard(shard))
+    for folder, label in golden_dirs:
+        check_golden_toolchains(cells, folder, display_root=ws.project.root if not label else folder.parent,
+                                label=label)
+    return compile_cells(ws, chosen, cells, options=options, progress=progress)
+
+
+def compile(*, arch: list[str] | None, kernel: list[str] | None, spec: list[Path] | None, options: RunOptions,
+            emit: Path | None = None, progress: Progress = no_progress) -> Run:
+    """`xisa compile`: the selection compiled; with `emit`, every stage of every cell written there."""
+    from xisa.compile.emit import emit_stages
+
+    ws = open_workspace(spec=spec)
+    chosen, cells = select_cells(ws, arch=arch, kernel=kernel)
+    if emit is not None:
+        options = dataclasses.replace(options, keep_stages=True)
+    run = compile_cells(ws, chosen, cells, options=options, progress=progress)
+    if emit is not None:
+        run.emitted = emit_stages(emit, cells, run.results)
+    return run
+
+
+# --------------------------------------------------------------------------------- judging
+
+@dataclass
+class CheckOutcome:
+    """A report, the `xisa bless` commands that accept what it found (None: none offered), the exit code,
+    and the compile's failed expectations as lines (`Run.failure_lines`)."""
+
+    report: CheckReport
+    accept: list[str] | None
+    exit_code: int
+    failure_lines: list[str] = dataclasses.field(default_factory=list)
+
+
+def judge(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, scopes: list[str] | None,
+          golden_dir: Path | None = None, display_root: Path | None = None, shard: tuple[int, int] | None = None,
+          selection: dict[str, Any] | None = None) -> CheckReport:
+    """The run's cells against goldens (this tree's unless `golden_dir` names others)."""
+    return build_report(run.results, run.failures, golden_dir=golden_dir or ws.project.golden_dir,
+                        display_root=display_root or ws.project.root, selected_targets={t.name for t in run.targets},
+                        kernel_filters=kernel_filters, scopes=scopes or [], toolchain=run.toolchain(), shard=shard,
+                        selection=selection)
+
+
+def bless_commands(report: CheckReport, ws: Workspace, *, kernel: list[str] | None, spec: list[Path] | None,
+                   golden: Path | None) -> list[str]:
+    """The `xisa bless` commands that accept what this check found changed, new or unused."""
+    from xisa.render.report import accept_commands
+
+    extra = [word for path in spec or [] for word in ("--spec", str(path))]
+    extra += ["--golden", str(golden)] if golden is not None else []
+    return accept_commands(report, kernel_filters=kernel, extra_args=extra, kernels={s.name for s in ws.specs})
+
+
+def check(*, arch: list[str] | None = None, kernel: list[str] | None = None, spec: list[Path] | None = None,
+          golden: Path | None = None, scope: list[str] | None = None, base: str | None = None,
+          compile_base: bool = False, shard: str | None = None, options: RunOptions = RunOptions(),
+          progress: Progress = no_progress) -> CheckOutcome:
+    """`xisa check`: every selected cell against its golden, or with `base` the PR gate (see `gate`)."""
+    if base is not None:
+        if shard is not None:
+            raise UsageError("--shard cannot be combined with --base: the gate against a base judges the whole "
+                             "selection", field="--shard", fix="shard `xisa check` without --base, and run the gate once")
+        return gate(base, compile_base=compile_base, arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope,
+                    options=options, progress=progress)
+    if compile_base:
+        raise UsageError("--compile-base needs --base", field="--compile-base", fix="e.g. --base origin/main --compile-base")
+    from xisa.golden.selection import describe_selection
+
+    validate_scopes(scope)
+    ws = open_workspace(spec=spec, golden=golden)
+    validate_scopes(scope, ws)
+    _, whole = select_cells(ws, arch=arch, kernel=kernel)   # every shard's cells: what `xisa merge` must get back
+    selection = describe_selection(ws, arch=arch, kernel=kernel, cells=whole)
+    run = compile_selection(ws, arch=arch, kernel=kernel, options=options, shard=shard,
+                            golden_dirs=[(ws.project.golden_dir, "")], progress=progress)
+    report = judge(ws, run, kernel_filters=kernel, scopes=scope, shard=parse_shard(shard), selection=selection)
+    return CheckOutcome(report=report, accept=bless_commands(report, ws, kernel=kernel, spec=spec, golden=golden),
+                        exit_code=report.exit_code, failure_lines=run.failure_lines())
+
+
+def gate(base: str, *, compile_base: bool = False, arch: list[str] | None = None, kernel: list[str] | None = None,
+         spec: list[Path] | None = None, golden: Path | None = None, scope: list[str] | None = None,
+         options: RunOptions = RunOptions(), progress: Progress = no_progress) -> CheckOutcome:
+    """The PR gate (`xisa diff`, `xisa check --base`): this tree against BASE, its goldens (read from git)
+    or its kernels (compiled in a worktree), judged by the scope; `accept` brings this tree's stale goldens
+    in line. Everything that can be refused is refused before the first compile: a filter, the scope,
+    the revision, goldens of another toolchain at either end."""
+    from xisa.golden.gate import base_record, judge_against_base
+    from xisa.golden.store import list_goldens
+    from xisa.spec import gitrev
+
+    for flag, value in (("--arch", arch), ("--kernel", kernel)):
+        if value:   # a gate over part of the cells would pass whatever changed in the rest
+            raise UsageError(f"{flag} cannot narrow the gate against a base: the cells it leaves out would not be "
+                             "judged", field=flag, fix=f"drop it (the gate judges every cell); to look at a subset, "
+                                                      f"run `xisa check {flag} ...` without --base")
+    validate_scopes(scope)
+    ws = open_workspace(spec=spec, golden=golden)
+    commit = gitrev.resolve(base, ws.project.root)
+    head_goldens = (ws.project.golden_dir, "")
+    with contextlib.ExitStack() as stack:
+        base_errors: dict[str, str] = {}
+        if compile_base:
+            tree, root, base_ws, base_targets, base_cells = _open_base(stack, ws, commit, spec=spec)
+            validate_scopes(scope, ws, also=[(c.kernel.name, c.case, c.target.name) for c in base_cells])
+            run = compile_selection(ws, arch=None, kernel=None, options=options, golden_dirs=[head_goldens],
+                                    progress=progress)
+            base_dir, base_errors = _compile_base(stack, tree, root, base_ws, base_targets, base_cells,
+                                                  options=options, progress=progress)
+        else:
+            base_dir = stack.enter_context(gitrev.goldens_at(base, ws.project, golden=golden))
+            # A scope may name what only the base has: a removed kernel, a renamed case, a dropped target.
+            validate_scopes(scope, ws, also=list_goldens(base_dir))
+            run = compile_selection(ws, arch=None, kernel=None, options=options,
+                                    golden_dirs=[head_goldens, (base_dir, f"{base}:")], progress=progress)
+        report = judge_against_base(run.results, run.failures, base=base_record(base, commit, compiled=compile_base),
+                                    base_dir=base_dir, base_errors=base_errors, head_golden_dir=ws.project.golden_dir,
+                                    display_root=ws.project.root, selected_targets={t.name for t in run.targets},
+                                    scopes=scope or [], toolchain=run.toolchain())
+    stale = dataclasses.replace(report, verdicts=report.stale_goldens, stale_goldens=[], base=None)
+    return CheckOutcome(report=report, accept=bless_commands(stale, ws, kernel=None, spec=spec, golden=golden),
+                        exit_code=report.exit_code, failure_lines=run.failure_lines())
+
+
+def _open_base(stack: contextlib.ExitStack, ws: Workspace, commit: str, *, spec: list[Path] | None):
+    """A temporary worktree of `commit` and the workspace of the project there, configured as the base
+    configures it (its own `[tool.xisa]` specs and targets: a PR that drops a spec from the list must not
+    drop it from the base too); specs named with --spec are those paths at the base. Returns the worktree,
+    the repository root, the base's workspace, its targets and its cells."""
+    from xisa.spec import gitrev
+
+    root = gitrev.repo_root(ws.project.root)
+    tree = stack.enter_context(gitrev.worktree_at(commit, root))
+    base_root = tree / gitrev.project_at(root, ws.project)
+    base_specs = None
+    if spec:
+        mapped = []
+        for path in ws.project.spec_paths:
+            try:
+                mapped.append(tree / path.resolve().relative_to(root.resolve()))
+            except ValueError:   # the same file on both sides: its changes would never show
+                raise UsageError(f"{path} is outside the git repository {root}, so the base has no version of it",
+                                 field="--spec", fix="keep the specs inside the repository") from None
+        base_specs = [path for path in mapped if path.exists()]
+        if not base_specs:
+            raise UsageError(f"no --spec path exists at {commit[:12]}: there is nothing to compile there",
+                             field="--spec", fix="name specs that the base has too, or judge against its goldens "
+                                                 "(without --compile-base)")
+    base_ws = open_workspace(cwd=base_root, spec=base_specs)
+    chosen, cells = select_cells(base_ws, arch=None, kernel=None)
+    return tree, root, base_ws, chosen, cells
+
+
+def _compile_base(stack: contextlib.ExitStack, tree: Path, root: Path, base_ws: Workspace, chosen: list[Target],
+                  cells: list[Cell], *, options: RunOptions, progress: Progress) -> tuple[Path, dict[str, str]]:
+    """Compile the base's cells in its worktree, imports resolved there, and render the results as goldens
+    in a temporary folder. Returns that folder and the base cells that failed."""
+    from xisa.golden.store import render_golden, write_golden
+    from xisa.spec import gitrev
+
+    with gitrev.imports_from(tree, root):
+        errors: dict[str, str] = {}
+        for spec in {c.kernel.name: c.kernel for c in cells}.values():
+            outside = spec.module and gitrev.module_outside(spec.module, tree)
+            if outside:
+                for cell in (c for c in cells if c.kernel is spec):
+                    errors[cell.id] = (f"module {spec.module!r} resolves to {outside}, outside the base worktree "
+                                       "(an editable install of this checkout?)")
+        cells = [c for c in cells if c.id not in errors]
+        base_run = compile_cells(base_ws, chosen, cells, options=options, progress=progress)
+    base_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="xisa-base-goldens-"))) / "golden"
+    toolchains = base_run.toolchains()
+    for result in base_run.results:
+        if result.ok:
+            yaml_text, stream_text = render_golden(result, toolchain=toolchains[result.target], stream_file=True)
+            write_golden(*golden_paths(base_dir, result.kernel, result.case, result.target), yaml_text, stream_text)
+        else:
+            errors[result.id] = result.error or "compile failed"
+    base_dir.mkdir(parents=True, exist_ok=True)
+    return base_dir, errors
+
+
+def review(*, base: str | None = None, arch: list[str] | None = None, kernel: list[str] | None = None,
+           spec: list[Path] | None = None, golden: Path | None = None, scope: list[str] | None = None,
+           options: RunOptions = RunOptions(), progress: Progress = no_progress) -> CheckOutcome:
+    """`xisa report --html`: without `base`, the check's verdicts and exit code; with it, the selection
+    against BASE's goldens, failing only when the result cannot be trusted (a review, not a gate)."""
+    validate_scopes(scope)
+    ws = open_workspace(spec=spec, golden=golden)
+    validate_scopes(scope, ws)
+    run = compile_selection(ws, arch=arch, kernel=kernel, options=options, progress=progress)
+    if base is None:
+        report = judge(ws, run, kernel_filters=kernel, scopes=scope)
+        return CheckOutcome(report=report, accept=bless_commands(report, ws, kernel=kernel, spec=spec, golden=golden),
+                            exit_code=report.exit_code, failure_lines=run.failure_lines())
+    from xisa.spec import gitrev
+
+    with gitrev.goldens_at(base, ws.project, golden=golden) as base_dir:
+        report = judge(ws, run, kernel_filters=kernel, scopes=scope, golden_dir=base_dir, display_root=base_dir)
+    return CheckOutcome(report=report, accept=None, exit_code=EXIT_UNTRUSTED if report.exit_code == EXIT_UNTRUSTED
+                        else EXIT_OK, failure_lines=run.failure_lines())
+
+
+def unused_goldens(ws: Workspace, chosen: list[Target], cells: list[Cell], *, kernel_filters: list[str] | None,
+                   cell_patterns: list[str] | None = None) -> list[CellVerdict]:
+    """The goldens inside a selection (its targets, kernel filters and, if given, cell-id globs) that no
+    cell of it has: what `xisa check` reports as unused. Nothing is compiled."""
+    empty = Run(targets=chosen, results=[], failures={})
+    report = build_report(empty.results, empty.failures, golden_dir=ws.project.golden_dir,
+                          display_root=ws.project.root, selected_targets={t.name for t in chosen},
+                          kernel_filters=kernel_filters, scopes=[], toolchain={})
+    ids = {cell.id for cell in cells}
+    return [v for v in report.verdicts if v.verdict == UNUSED and v.id not in ids
+            and (not cell_patterns or any(fnmatch.fnmatchcase(v.id, p) for p in cell_patterns))]
+
+
+# --------------------------------------------------------------------------------- blessing
+
+@dataclass
+class BlessResult:
+    run: Run
+    outcome: BlessOutcome
+
+    @property
+    def exit_code(self) -> int:
+        if self.outcome.skipped_errors:
+            return EXIT_UNTRUSTED
+        return 1 if any(self.run.failures.values()) else EXIT_OK
+
+
+def bless_run(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, lock_timeout: float = 30.0) -> BlessOutcome:
+    """Write the goldens of a run; unused goldens of its selection go when every cell compiled."""
+    return write_goldens(run.results, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
+                         toolchains=run.toolchains(), stream_files=ws.project.stream_files,
+                         selected_targets={t.name for t in run.targets}, kernel_filters=kernel_filters,
+                         lock_timeout=lock_timeout)
+
+
+def bless(*, arch: list[str] | None = None, kernel: list[str] | None = None, spec: list[Path] | None = None,
+          golden: Path | None = None, options: RunOptions = RunOptions(), lock_timeout: float = 30.0,
+          progress: Progress = no_progress) -> BlessResult:
+    """`xisa bless`: accept the current compile as the goldens of the selection (refused when CI is set)."""
+    from xisa.golden.bless import refuse_in_ci
+
+    refuse_in_ci()
+    ws = open_workspace(spec=spec, golden=golden)
+    run = compile_selection(ws, arch=arch, kernel=kernel, options=options, progress=progress)
+    return BlessResult(run=run, outcome=bless_run(ws, run, kernel_filters=kernel, lock_timeout=lock_timeout))
+
+
+# --------------------------------------------------------------------------------- the machine
+
+def device(*, arch: list[str] | None = None, kernel: list[str] | None = None, spec: list[Path] | None = None,
+           options: RunOptions = RunOptions(), emit: Path | None = None, devices=None):
+    """`xisa device`: the selection's runtime checks on the GPUs present (a `DeviceReport`)."""
+    from xisa.device.detect import detect_devices
+    from xisa.device.tier import run_device_tier
+
+    ws = open_workspace(spec=spec)
+    devices = detect_devices(ws.targets) if devices is None else devices
+    chosen, cells = ws.select(arch=arch, kernel=kernel)
+    return run_device_tier(chosen, cells, devices=devices, roots=list(ws.project.kernel_roots),
+                           cache_dir=ws.project.cache_dir, options=options, emit=emit)
+
+
+def doctor(*, cwd: Path | None = None, environ: dict[str, str] | None = None, torch_module: Any = None,
+           probe_devices: bool = True) -> dict[str, Any]:
+    """`xisa doctor`: can results made here be trusted, and do the goldens fit this toolchain (a dict)."""
+    from xisa.doctor import diagnose
+
+    return diagnose(cwd=cwd, environ=environ, torch_module=torch_module, probe_devices=probe_devices)
