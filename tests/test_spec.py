@@ -59,7 +59,8 @@ def test_matrix_expands_and_merges_in_order(tmp_path, targets):
     assert gfx1100.args == {"x": "*fp8e4nv"}
     gfx942 = cells["k:c-bf16-d128@gfx942"]
     assert gfx942.options == {"num_warps": 4, "num_stages": 2} and gfx942.constexprs == {"A": 2, "D": 128}
-    assert dict(gfx1100.expect) == {"gfx11*": {"v_cvt*fp8*": 0}}
+    assert {pattern: {e.key: e.written for e in checks} for pattern, checks in gfx1100.expect} == \
+        {"gfx11*": {"v_cvt*fp8*": 0}}
 
 
 @pytest.mark.parametrize("text,field,message", [
@@ -176,9 +177,9 @@ def _sass_analysis(**resources):
 
 
 def test_scratch_bytes_on_nvidia_is_stack_plus_local_bytes():
-    from xisa.analyze.expect import evaluate, measure
+    from xisa.analyze.expect import evaluate, measure, parse_expectations
 
-    expect = (("*", {"scratch_bytes": 0}),)
+    expect = parse_expectations({"*": {"scratch_bytes": 0}}, path="k.yaml", field="cases[0]")
     # The case of issue 12: a kernel with 3,144 bytes of stack passed `'*': {scratch_bytes: 0}` on sm_90.
     [failure] = evaluate(expect, "sm_90", _sass_analysis(stack_bytes=3144))
     assert failure.actual == 3144 and "scratch_bytes == 0" in str(failure)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xisa.errors import SpecError, ToolchainError
-from xisa.analyze.expect import Failure, check_against_targets, evaluate, validate
+from xisa.analyze.expect import Failure, check_against_targets, evaluate
 from xisa.golden.store import golden_paths, read_golden_toolchain
 from xisa.names import display_path
 from xisa.spec.project import Project, load_project
@@ -38,7 +38,6 @@ class Workspace:
         cells = build_cells(self.specs, chosen, kernel_filters=kernel)
         known = {name: target.backend for name, target in self.targets.items()}
         for cell in cells:
-            validate(cell.expect, path=cell.kernel.spec_path, field=cell.field_path)
             check_against_targets(cell.expect, known, path=cell.kernel.spec_path, field=cell.field_path)
         return chosen, cells
 
@@ -57,7 +56,7 @@ def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None
 def expectation_failures(cell: Cell, result: CellResult) -> list[Failure]:
     if not result.ok or result.analysis is None:
         return []
-    return evaluate(cell.expect, cell.target.name, result.analysis, path=cell.kernel.spec_path, field=cell.field_path)
+    return evaluate(cell.expect, cell.target.name, result.analysis)
 
 
 def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root: Path, label: str = "") -> None:

@@ -16,7 +16,7 @@ from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOptio
 from xisa.compile.emit import emit_stages
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.render.progress import progress_reporter
-from xisa.analyze.expect import ISA_OF_BACKEND, check_key
+from xisa.analyze.expect import check_key
 from xisa.render.report import compile_payload, error_block, render_compile_markdown, render_compile_table
 from xisa.compile.runner import RunOptions
 from xisa.workspace import compile_cells, open_workspace, select_cells
@@ -56,7 +56,7 @@ def compile_command(
         typer.echo(render_compile_markdown(results, counts=count or []), nl=False)
     elif not quiet:
         render_compile_table(stdout(), results, failures, counts=count or [], top=top,
-                             isa_of={t.name: ISA_OF_BACKEND[t.backend] for t in chosen})
+                             isa_of={t.name: t.handler.isa for t in chosen})
     else:
         for cell_id, fails in failures.items():
             for failure in fails:

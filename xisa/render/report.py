@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from xisa.analyze.backends import backend_of_isa
 from xisa.analyze.expect import Failure, measure
 from xisa.compile.result import CellResult
 from xisa.compile.toolchain import describe_toolchain
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
-
 
 
 def compile_payload(results: list[CellResult], failures: dict[str, list[Failure]], *, backends: set[str]) -> dict[str, Any]:
@@ -125,8 +125,9 @@ def render_compile_table(console: Console, results: list[CellResult], failures: 
             status = Text("failed", style="yellow") if fails else Text("ok", style="green")   # listed below
             rows.append([name, str(a.instructions), *[_show(measure(p, a)) for p in counts], *values,
                          a.sha256[:12], status])
-        vendor, unit = ("AMD", "waves per SIMD") if isa == "amdgcn" else ("NVIDIA", "warps per SM")
-        console.print(_fitted_table(console, columns, rows, title=f"{target} ({vendor}; occupancy in {unit})"))
+        handler = backend_of_isa(isa)
+        console.print(_fitted_table(console, columns, rows,
+                                    title=f"{target} ({handler.vendor}; occupancy in {handler.occupancy_unit})"))
         if top > 0:
             listing = [[f"{r.kernel}:{r.case}", top_instructions(r.analysis, top)] for r in members
                        if r.ok and r.analysis is not None]
@@ -194,14 +195,14 @@ def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_ar
         return []
     wanted: dict[str, set[str]] = {}
     selected: dict[str, set[str]] = {}
-    orphans: dict[str, str] = {}
+    orphans: dict[tuple[str, str], str] = {}   # (kernel:case, target) -> its golden file
     for v in report.verdicts:
         name = f"{v.kernel}:{v.case}"
         selected.setdefault(v.target, set()).add(name)
         if v.verdict in ACCEPTABLE:
             wanted.setdefault(v.target, set()).add(name)
             if v.verdict == "unused" and kernels is not None and v.kernel not in kernels:
-                orphans[f"{name}@{v.target}"] = v.golden_file
+                orphans[(name, v.target)] = v.golden_file
     groups: dict[frozenset[str], list[str]] = {}
     for target in sorted(wanted):
         groups.setdefault(frozenset(wanted[target]), []).append(target)
@@ -222,8 +223,8 @@ def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_ar
                         _selects_whole_kernel(kernel, kernel_filters) and all(
                         {c for c in selected[t] if c.partition(":")[0] == kernel} <= cases for t in targets):
                     names = {c for c in names if c.partition(":")[0] != kernel} | {kernel}
-            named = sorted(c for c in names if not all(f"{c}@{t}" in orphans for t in targets))
-            removals += [orphans[f"{c}@{t}"] for c in sorted(names) for t in targets if f"{c}@{t}" in orphans]
+            named = sorted(c for c in names if not all((c, t) in orphans for t in targets))
+            removals += [orphans[(c, t)] for c in sorted(names) for t in targets if (c, t) in orphans]
             if not named:
                 continue
             for name in named:
