@@ -16,14 +16,13 @@ from __future__ import annotations
 import difflib
 import html
 import json
-import os
 import re
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 from xisa.analyze.backends import RESOURCE_ORDER
+from xisa.fsio import write_atomic
 from xisa.golden.verdict import CHANGED, ERROR, EXPECT_FAILED, NEW, SAME, UNUSED, CellVerdict, CheckReport
 
 HTML_SCHEMA_VERSION = 1
@@ -490,20 +489,7 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
 def write_html(path: Path, text: str) -> None:
     """Write through a temp file in the same folder and os.replace: never a half-written page."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)      # mkstemp makes 0600; a report is for sharing
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, text, mode=0o666)      # a report is for sharing
 
 
 _CSS = """
