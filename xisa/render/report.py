@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from xisa.analyze.backends import backend_of_isa
+from xisa.analyze.backends import AMD, BACKENDS, NVIDIA, backend_of_isa
 from xisa.analyze.expect import Failure, measure
 from xisa.compile.result import CellResult
 from xisa.compile.toolchain import describe_toolchain
@@ -40,18 +40,18 @@ def _fmt_occupancy(res: dict[str, Any]) -> str:
 # Resource columns per ISA, with their units: AMD counts registers per wave and occupancy in waves
 # per SIMD; NVIDIA registers per thread, memory per thread, occupancy in warps per SM.
 COMPILE_COLUMNS: dict[str, tuple[tuple[str, Any], ...]] = {
-    "amdgcn": (("V/A/SGPR", lambda r: f"{r.get('vgprs')}/{r.get('agprs')}/{r.get('sgprs')}"),
+    AMD.isa: (("V/A/SGPR", lambda r: f"{r.get('vgprs')}/{r.get('agprs')}/{r.get('sgprs')}"),
                ("spills V/S", lambda r: f"{r.get('vgpr_spills')}/{r.get('sgpr_spills')}"),
                ("LDS B", "lds_bytes"), ("scratch B", "scratch_bytes"), ("waves/SIMD", _fmt_occupancy)),
-    "sass": (("regs/thread", "registers"), ("stack B", "stack_bytes"), ("local B", "local_bytes"),
+    NVIDIA.isa: (("regs/thread", "registers"), ("stack B", "stack_bytes"), ("local B", "local_bytes"),
              ("shared B", "lds_bytes"), ("warps/SM", _fmt_occupancy)),
 }
 # The check and diff tables: one register count, spills or private memory, LDS, occupancy (keys
 # as `measure` reads them: scratch_bytes on NVIDIA is stack + local bytes).
 CHECK_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "amdgcn": (("VGPR", "vgprs"), ("VGPR spills", "vgpr_spills"), ("LDS B", "lds_bytes"),
+    AMD.isa: (("VGPR", "vgprs"), ("VGPR spills", "vgpr_spills"), ("LDS B", "lds_bytes"),
                ("waves/SIMD", "occupancy")),
-    "sass": (("regs/thread", "registers"), ("stack+local B", "scratch_bytes"), ("shared B", "lds_bytes"),
+    NVIDIA.isa: (("regs/thread", "registers"), ("stack+local B", "scratch_bytes"), ("shared B", "lds_bytes"),
              ("warps/SM", "occupancy")),
 }
 TEXT_ERROR_LINES = 20     # a compile error's last lines in text output; --json has the whole text
@@ -61,8 +61,12 @@ def _show(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+# Whose columns a table of cells without any analysis (all errors) shows: they stay empty.
+_NO_ANALYSIS_ISA = BACKENDS[0].isa
+
+
 def _isa_of_results(results: list[CellResult]) -> str:
-    return next((r.analysis.isa for r in results if r.analysis is not None), "amdgcn")
+    return next((r.analysis.isa for r in results if r.analysis is not None), _NO_ANALYSIS_ISA)
 
 
 def _fitted_table(console: Console, columns: list[tuple[str, str]], rows: list[list[Any]], **kw) -> Table:
@@ -261,7 +265,7 @@ def _isa_of_verdicts(verdicts) -> str:
             return v.head.analysis.isa
         if v.base is not None and v.base.data.get("isa"):
             return v.base.data["isa"]
-    return "amdgcn"
+    return _NO_ANALYSIS_ISA
 
 
 def _row_values(v, counts: list[str], isa: str) -> list[str]:
