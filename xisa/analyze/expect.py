@@ -120,22 +120,22 @@ def parse_expectations(expect: dict[str, dict[str, Any]], *, path: str, field: s
 
 def check_for_target(expect: Expectations, target: str, backend_name: str, *, path: str, field: str) -> None:
     """Every resource or class expected of `target` must be one its ISA reports (or an alias)."""
-    isa = backend(backend_name)
+    handler = backend(backend_name)
     for pattern, checks in expect:
         if not fnmatch.fnmatchcase(target, pattern):
             continue
         for key in (e.key for e in checks):
             where = f"{field}.expect.{pattern}.{key}"
-            if key in RESOURCE_KEYS and key not in isa.expectable_resources and key not in isa.resource_aliases:
-                reported = list(isa.expectable_resources) + list(isa.resource_aliases)
-                raise SpecError(f"{target} ({isa.vendor}) does not report {key!r}", path=path, field=where,
+            if key in RESOURCE_KEYS and key not in handler.expectable_resources and key not in handler.resource_aliases:
+                reported = list(handler.expectable_resources) + list(handler.resource_aliases)
+                raise SpecError(f"{target} ({handler.vendor}) does not report {key!r}", path=path, field=where,
                                 fix=f"{target} reports {', '.join(reported)}; or narrow the target pattern "
                                     f"{pattern!r} to the targets that report it")
             if key.startswith("class:"):
                 name = key[len("class:"):]
-                if name not in isa.classes and name not in isa.class_aliases:
-                    raise SpecError(f"{target} ({isa.vendor}) has no instruction class {name!r}", path=path,
-                                    field=where, fix=f"{target}'s classes: {', '.join(isa.classes)}; or narrow "
+                if name not in handler.classes and name not in handler.class_aliases:
+                    raise SpecError(f"{target} ({handler.vendor}) has no instruction class {name!r}", path=path,
+                                    field=where, fix=f"{target}'s classes: {', '.join(handler.classes)}; or narrow "
                                                      f"the target pattern {pattern!r}")
 
 
@@ -151,13 +151,13 @@ def check_against_targets(expect: Expectations, known: dict[str, str], *, path: 
             raise SpecError(f"target pattern {pattern!r} matches no known target", path=path,
                             field=f"{field}.expect.{pattern}",
                             fix=f"did you mean {near!r}?" if near else "see `xisa targets`")
-        isas = [b for b in BACKENDS if any(known[name] == b.name for name in matched)]
+        handlers = [b for b in BACKENDS if any(known[name] == b.name for name in matched)]
         for key in (e.key for e in checks):
             if is_resource_or_class(key):
                 continue
-            if not any(isa.spells(key) for isa in isas):
-                vendors = "/".join(sorted(isa.vendor for isa in isas))
-                told = isas[-1]   # the rule of the last in table order, where the targets span vendors
+            if not any(handler.spells(key) for handler in handlers):
+                vendors = "/".join(sorted(handler.vendor for handler in handlers))
+                told = handlers[-1]   # the rule of the last in table order, where the targets span vendors
                 raise SpecError(f"{key!r} can never count anything on the targets {pattern!r} matches ({vendors}): "
                                 f"{told.spelling_rule}", path=path, field=f"{field}.expect.{pattern}.{key}",
                                 fix=f"{told.respell(key)!r}, or a target pattern that matches the targets of its vendor")
@@ -171,23 +171,23 @@ def measure(key: str, analysis: Analysis) -> int | None:
     """The count or resource `key` names; None where the analysis's ISA does not report it."""
     if key == "instructions":
         return analysis.instructions
-    isa = backend_of_isa(analysis.isa)
+    handler = backend_of_isa(analysis.isa)
     if key in RESOURCE_KEYS:
-        names = isa.resource_aliases.get(key, (key,))
+        names = handler.resource_aliases.get(key, (key,))
         values = [analysis.resources.get(name) for name in names]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             return None
         return int(sum(values))
     if key.startswith("class:"):
         name = key[len("class:"):]
-        name = isa.class_aliases.get(name, name)
-        if name not in isa.classes:
+        name = handler.class_aliases.get(name, name)
+        if name not in handler.classes:
             return None
         return int(analysis.classes.get(name, 0))
     # A mnemonic or glob: each raw mnemonic counted once, matched raw or by its base name.
     total = 0
     for raw, count in analysis.histogram.items():
-        base = isa.base_mnemonic(raw)
+        base = handler.base_mnemonic(raw)
         if fnmatch.fnmatchcase(raw, key) or fnmatch.fnmatchcase(base, key):
             total += count
     return total
