@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from xisa.device.detect import base_gcn_arch, detect_devices, gate
+from xisa.analyze.backends import base_gcn_arch
+from xisa.device.detect import detect_devices, gate
 from xisa.spec.targets import load_targets
 
 REPO = Path(__file__).resolve().parent.parent

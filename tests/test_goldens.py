@@ -203,3 +203,25 @@ def test_bless_killed_midway_leaves_every_golden_old_or_new(run_xisa, blessed, s
     new = {p: p.read_bytes() for p in (blessed / "golden").rglob("*") if p.is_file() and p.suffix in (".yaml", ".isa")}
     assert set(new) == set(old) and any(new[p] != old[p] for p in new)
     assert not list((blessed / "golden").rglob("*.pending")) and not list((blessed / "golden").rglob(".*.tmp"))
+
+
+def test_the_one_atomic_write_keeps_the_old_file_on_failure_and_sets_the_mode_asked(tmp_path, monkeypatch):
+    """xisa.fsio.write_atomic: golden writes, the result cache, --emit and the HTML page all go through it."""
+    from xisa.fsio import write_atomic
+
+    shared, private = tmp_path / "page.html", tmp_path / "entry.json"
+    write_atomic(shared, "<p>one</p>\n", mode=0o666)
+    write_atomic(private, b"{}")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert shared.stat().st_mode & 0o777 == 0o666 & ~umask and private.stat().st_mode & 0o777 == 0o600
+    assert shared.read_bytes() == b"<p>one</p>\n"
+
+    def interrupted(src, dst, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(shared, "<p>two</p>\n", mode=0o666, fsync=True)
+    assert shared.read_bytes() == b"<p>one</p>\n" and sorted(p.name for p in tmp_path.iterdir()) == ["entry.json",
+                                                                                                       "page.html"]

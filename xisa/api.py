@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ContextManager
 
-from xisa.analyze.expect import Failure, check_against_targets, evaluate, validate
+from xisa.analyze.expect import Failure, check_against_targets, evaluate
 from xisa.compile.result import CellResult
 from xisa.compile.runner import RunOptions, run_cells
 from xisa.compile.toolchain import describe_toolchain
@@ -64,7 +64,6 @@ class Workspace:
         cells = build_cells(self.specs, chosen, kernel_filters=kernel)
         known = {name: target.backend for name, target in self.targets.items()}
         for cell in cells:
-            validate(cell.expect, path=cell.kernel.spec_path, field=cell.field_path)
             check_against_targets(cell.expect, known, path=cell.kernel.spec_path, field=cell.field_path)
         return chosen, cells
 
@@ -177,7 +176,7 @@ class Run:
 def expectation_failures(cell: Cell, result: CellResult) -> list[Failure]:
     if not result.ok or result.analysis is None:
         return []
-    return evaluate(cell.expect, cell.target.name, result.analysis, path=cell.kernel.spec_path, field=cell.field_path)
+    return evaluate(cell.expect, cell.target.name, result.analysis)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xisa.analyze.model import Analysis
+from xisa.names import CellKey
 
 
 @dataclass
@@ -24,8 +25,12 @@ class CellResult:
     cached: bool = False
 
     @property
+    def key(self) -> CellKey:
+        return CellKey(self.kernel, self.case, self.target)
+
+    @property
     def id(self) -> str:
-        return f"{self.kernel}:{self.case}@{self.target}"
+        return str(self.key)
 
     @property
     def ok(self) -> bool:

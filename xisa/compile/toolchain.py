@@ -12,6 +12,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from xisa.analyze.backends import BACKENDS
 from xisa.errors import ToolchainError
 
 SUPPORTED_TRITON = ((3, 6), (3, 9))  # inclusive minor range
@@ -311,17 +312,18 @@ def ptxas_version() -> str | None:
     return match.group(1) if match else None
 
 
+# How each toolchain key a backend records (`Backend.toolchain_keys`) is found out.
+_PROBES = {"amd_codegen": amd_codegen_revision, "ptxas": ptxas_version}
+
+
 def describe_toolchain(*, backends: set[str] | None = None) -> dict[str, str]:
-    """What goes into every golden and cache key. `backends` limits the slow probes to what is used."""
-    version = triton_version()
-    info = {"triton": version}
-    backends = backends or set()
-    if "hip" in backends:
-        revision = amd_codegen_revision()
-        if revision:
-            info["amd_codegen"] = revision
-    if "cuda" in backends:
-        ptxas = ptxas_version()
-        if ptxas:
-            info["ptxas"] = ptxas
+    """What goes into every golden and cache key. `backends` (Triton's names) limits the slow probes to what
+    is used."""
+    info = {"triton": triton_version()}
+    for entry in BACKENDS:
+        if entry.name in (backends or ()):
+            for key in entry.toolchain_keys:
+                value = _PROBES[key]()
+                if value:
+                    info[key] = value
     return info
