@@ -12,8 +12,8 @@ import pytest
 from pathlib import Path
 
 from test_pr_gate import KERNEL, MODULE_KERNEL, PYPROJECT, SPEC, _one_line, edit, git, repo  # noqa: F401 (repo: a fixture)
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _leak_out_of_scope(run_xisa, repo: Path) -> None:
