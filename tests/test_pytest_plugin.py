@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, needs_golden_toolchain
-
-
-def copy_corpus(dest: Path) -> Path:
-    for name in ("kernels", "golden", "targets"):
-        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", ".xisa.lock"))
-    shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
-    return dest
+from conftest import copy_corpus, needs_golden_toolchain
 
 
 def pytest_xisa(cwd: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:

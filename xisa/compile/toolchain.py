@@ -21,7 +21,7 @@ GOLDEN_TRITON = "3.8.0"              # the version this repository's goldens are
 # Every environment variable the installed Triton reads, classified once: its knobs (`triton.knobs`) and
 # the variables its C++ side folds into its cache key (`get_cache_invalidating_env_vars`). A variable
 # Triton reads that is in none of the three tables is refused (`unclassified_variables`), and
-# tests/test_environment.py fails when the installed Triton has a knob this table does not name.
+# tests/compile/test_environment.py fails when the installed Triton has a knob this table does not name.
 
 # Refused: they rewrite kernels, replace a tool or a cache: results made under them cannot be trusted.
 REFUSED_ENV = {

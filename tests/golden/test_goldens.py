@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import git, gfx11_branch_change
 from xisa.golden.store import golden_paths, read_golden
-
-
-def gfx11_branch_change(project: Path) -> None:
-    """Edit only the kernel branch that gfx11 targets compile (GFX11_PATH=True)."""
-    source = project / "kernels" / "scale.py"
-    source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))
 
 
 @pytest.fixture
@@ -149,19 +144,13 @@ def test_markdown_and_junit_reports(run_xisa, blessed, tmp_path):
     assert suite.get("tests") == "8" and suite.get("failures") == "2"
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t"})
-
-
 def test_diff_against_a_git_revision(run_xisa, blessed):
-    _git(blessed, "init", "-q")
-    _git(blessed, "add", "-A")
-    _git(blessed, "commit", "-qm", "base")
+    git(blessed, "init", "-q")
+    git(blessed, "add", "-A")
+    git(blessed, "commit", "-qm", "base")
     gfx11_branch_change(blessed)
     assert run_xisa("bless", "--arch", "gfx1100", cwd=blessed).code == 0
-    _git(blessed, "commit", "-qam", "gfx11 change")
+    git(blessed, "commit", "-qam", "gfx11 change")
     out = run_xisa("diff", "--base", "HEAD~1", "--scope", "gfx1100", "--format", "markdown", "--count", "v_add*",
                    cwd=blessed)
     assert out.code == 0, out.err

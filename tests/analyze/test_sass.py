@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from conftest import REPO
 from xisa.analyze.occupancy import cuda_warps_per_sm
 from xisa.analyze.sass import CLASSES, base_mnemonic, classify, parse_resource_usage, parse_stream
 from xisa.errors import ParseError
 from xisa.spec.targets import load_targets
 
-REPO = Path(__file__).resolve().parent.parent
 TARGETS = load_targets([REPO / "targets"])
 
 # Triton's asm["sass"] spelling (triton/tools/disasm.py): control bits, TAB, instruction, LBBn labels.

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from xisa.errors import SpecError
 from xisa.spec.cases import build_cells, load_spec
 from xisa.spec.targets import load_targets, select_targets, unknown_target
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
