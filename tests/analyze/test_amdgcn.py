@@ -321,7 +321,7 @@ def test_the_amd_entry_analyzes_with_occupancy_and_names_every_resource_it_repor
     from xisa.analyze.occupancy import amd_waves_per_simd
     from xisa.spec.targets import load_targets
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     gfx942 = load_targets([repo / "targets"])["gfx942"]
     asm = (repo / "tests" / "fixtures" / "asm" / "scale_gfx942.amdgcn").read_text()
     assert gfx942.handler is backend("hip") is backend_of_isa("amdgcn") is AMD
