@@ -70,19 +70,21 @@ def xisa_in_process(*args: str, cwd: Path, cache: Path | None = None, env: dict[
     environment and signal handlers are restored after it."""
     import xisa.cli
 
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_env, saved_cwd, saved_path = dict(os.environ), os.getcwd(), list(sys.path)
     out, err = io.StringIO(), io.StringIO()
     code = 0
     try:
         os.environ.clear()
         os.environ.update(_xisa_env(cache, env))
         os.chdir(cwd)
+        sys.path.insert(0, str(Path(cwd).resolve()))   # as `python -m xisa` has it
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 xisa.cli.main(list(args))
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
+        sys.path[:] = saved_path
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
@@ -166,11 +168,27 @@ def corpus_cells(corpus_check, shared_cache, tmp_path_factory) -> list[dict]:
     return json.loads(out.out)["cells"]
 
 
+# What a process started by a user's shell reads before xisa runs (or what only a new process honours):
+# a run given one of these goes through a real process, every other run through `xisa.cli.main` here.
+_PROCESS_ONLY_ENV = ("PYTHON", "LD_", "TRITON_", "LLVM_", "MLIR_", "AMD_", "CUDA_", "HIP_", "PATH", "HOME",
+                     "TMPDIR")
+
+
+def _needs_a_process(env: dict[str, str] | None) -> bool:
+    return any(name.startswith(_PROCESS_ONLY_ENV) for name in env or {})
+
+
 @pytest.fixture
 def run_xisa(shared_cache):
-    """Run the real `xisa` command in a process of its own (exit codes, signals, compiles)."""
-    def run(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> Outcome:
-        return xisa_process(*args, cwd=cwd, cache=shared_cache, env=env, timeout=timeout)
+    """Run xisa as the command line does: in this process through `xisa.cli.main` (its error boundary, exit
+    codes, compile pool; torch and Triton are imported once per test worker instead of once per run), or in
+    a process of its own when `process=True` or the environment given is one only a new process honours.
+    Signals, the entry point and process boundaries are tested with `xisa_process` directly."""
+    def run(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900,
+            process: bool = False) -> Outcome:
+        if process or _needs_a_process(env):
+            return xisa_process(*args, cwd=cwd, cache=shared_cache, env=env, timeout=timeout)
+        return xisa_in_process(*args, cwd=cwd, cache=shared_cache, env=env)
 
     return run
 
