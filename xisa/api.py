@@ -254,7 +254,7 @@ def judge(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, scopes: 
 def bless_commands(report: CheckReport, ws: Workspace, *, kernel: list[str] | None, spec: list[Path] | None,
                    golden: Path | None) -> list[str]:
     """The `xisa bless` commands that accept what this check found changed, new or unused."""
-    from xisa.render.report import accept_commands
+    from xisa.render.formats import accept_commands
 
     extra = [word for path in spec or [] for word in ("--spec", str(path))]
     extra += ["--golden", str(golden)] if golden is not None else []

@@ -64,6 +64,22 @@ class CellKey:
         return cls(kernel, case, target)
 
 
+class NamedByCell:
+    """For records that carry a cell's `kernel`, `case` and `target` names: its `CellKey` and id."""
+
+    kernel: str
+    case: str
+    target: str
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey(self.kernel, self.case, self.target)
+
+    @property
+    def id(self) -> str:
+        return str(self.key)
+
+
 def closest(name: str, candidates: list[str]) -> str | None:
     """The candidate nearest by edit distance; ties go to the longest common prefix (gfx1101 -> gfx1100)."""
     if not candidates:

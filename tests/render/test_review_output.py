@@ -14,7 +14,7 @@ from rich.console import Console
 from conftest import gfx11_branch_change
 from xisa.analyze.model import Analysis
 from xisa.golden.store import Golden
-from xisa.render.report import accept_commands, error_block, render_check_text, render_compile_table, summary_line
+from xisa.render.formats import accept_commands, error_block, render_check_text, render_compile_table, summary_line
 from xisa.compile.result import CellResult
 from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, compute_delta
 

@@ -17,7 +17,7 @@ from xisa.cli.options import (ArchOption, JobsOption, KernelOption, LockTimeoutO
                               SpecOption, TimeoutOption, print_failure_lines, run_options, stderr, stdout)
 from xisa.golden.verdict import CheckReport
 from xisa.render.progress import progress_reporter
-from xisa.render.report import error_block, render_check_text, render_junit, render_markdown
+from xisa.render.formats import error_block, render_check_text, render_junit, render_markdown
 
 
 class Format(str, Enum):

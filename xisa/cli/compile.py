@@ -15,7 +15,7 @@ from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOptio
                               TimeoutOption, print_failure_lines, run_options, stderr, stdout)
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.render.progress import progress_reporter
-from xisa.render.report import compile_payload, error_block, render_compile_markdown, render_compile_table
+from xisa.render.formats import compile_payload, error_block, render_compile_markdown, render_compile_table
 
 
 def compile_command(

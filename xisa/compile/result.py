@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xisa.analyze.model import Analysis
-from xisa.names import CellKey
+from xisa.names import NamedByCell
 
 
 @dataclass
-class CellResult:
+class CellResult(NamedByCell):
     kernel: str
     case: str
     target: str
@@ -23,14 +23,6 @@ class CellResult:
     seconds: float = 0.0
     stages: dict[str, str | bytes] = field(default_factory=dict, repr=False)
     cached: bool = False
-
-    @property
-    def key(self) -> CellKey:
-        return CellKey(self.kernel, self.case, self.target)
-
-    @property
-    def id(self) -> str:
-        return str(self.key)
 
     @property
     def ok(self) -> bool:

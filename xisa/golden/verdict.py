@@ -16,7 +16,7 @@ from xisa.analyze.expect import Failure
 from xisa.compile.result import CellResult
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, UsageError
 from xisa.golden.store import Golden, golden_paths, list_goldens, read_golden
-from xisa.names import CellKey, closest, display_path
+from xisa.names import CellKey, NamedByCell, closest, display_path
 from xisa.spec.cases import matches_kernel_filter
 from xisa.spec.shard import shard_of
 
@@ -92,7 +92,7 @@ class Delta:
 
 
 @dataclass
-class CellVerdict:
+class CellVerdict(NamedByCell):
     kernel: str
     case: str
     target: str
@@ -107,14 +107,6 @@ class CellVerdict:
     # Against a base revision (a PR's gate) a new cell or a removed golden is a change like any other,
     # allowed inside the scope; against a tree's own goldens it is always a regression (bless it).
     judged_by_scope: bool = False
-
-    @property
-    def key(self) -> CellKey:
-        return CellKey(self.kernel, self.case, self.target)
-
-    @property
-    def id(self) -> str:
-        return str(self.key)
 
     @property
     def violates_isolation(self) -> bool:

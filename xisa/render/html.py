@@ -235,7 +235,7 @@ def stream_diff(base_text: str | None, head_text: str | None, *, context: int = 
         rows.append(["gap", None, _identical(i2 - i1, renamed), None, ""])
 
     for group in _grouped(opcodes, context):
-        first_base, first_head = group[0][1], group[0][3]
+        first_base = group[0][1]
         if first_base > last_base:
             gap(last_base, first_base, last_head)
         for tag, i1, i2, j1, j2 in group:
@@ -382,7 +382,7 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
     w(f"<meta name=\"generator\" content=\"xisa report (html schema {HTML_SCHEMA_VERSION})\">\n")
     w(f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n")
     w(f"<header><h1>{_e(title)}</h1>\n")
-    from xisa.render.report import summary_line
+    from xisa.render.formats import summary_line
 
     w(f"<p class=\"summary\" id=\"summary\">{_e(summary_line(report))}</p>\n")
     exit_label = EXIT_LABEL.get(code, str(code))

@@ -1,4 +1,5 @@
-"""Render results: rich tables for people, JSON for machines. Data is built once, rendered per format."""
+"""Every output format but HTML: rich tables for people, markdown for PR comments, JUnit XML, JSON for
+machines. Data is built once, rendered per format."""
 
 from __future__ import annotations
 
