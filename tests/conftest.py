@@ -206,3 +206,20 @@ def run_xisa_in_process(shared_cache):
 def tinyproj(tmp_path) -> Path:
     """A copy of tests/fixtures/tinyproj: two kernels, three targets, a gfx11-only branch."""
     return copy_tinyproj(tmp_path / "tinyproj")
+
+
+# Tests that each compile a corpus-sized selection (tens of cells, minutes on 2 cores). Started first, as
+# xisa's own pool starts the slowest cells first: at the end of the queue one of them would run alone.
+_LONGEST_FIRST = (
+    "tests/analyze/test_occupancy.py::test_register_occupancy_equals_llvm_for_every_bundled_cell",
+    "tests/test_corpus.py::test_flipping_the_gfx11_reader_changes_only_gfx1100_cells",
+    "tests/test_pytest_plugin.py::test_xisa_runs_the_cells_alone_and_a_printed_node_id_reruns_one_cell",
+    "tests/test_pytest_plugin.py::test_pytest_xisa_passes_then_fails_with_a_readable_diff",
+    "tests/test_pytest_plugin.py::test_xisa_update_blesses_is_refused_in_ci_and_combines_under_xdist",
+    "tests/kernels/test_kernels.py::test_gfx11_reader_is_bit_exact_on_every_finite_code",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {node_id: i for i, node_id in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))   # stable: the rest keep their order
