@@ -58,7 +58,7 @@ class _Recorder:
             return
         try:
             record = self.describe(kernel, args, kwargs)
-            key = record.pop("key")
+            key = record["key"]
             with self.lock:
                 if key in self.seen:
                     return
@@ -76,7 +76,7 @@ class _Recorder:
 
         path = os.path.join(self.folder, f"launches-{os.getpid()}.jsonl")
         with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(record, sort_keys=True) + "\n")
+            out.write(json.dumps(record) + "\n")   # parameter order kept
 
     def kernel_params(self, kernel) -> list:
         """Triton's KernelParam of each parameter (is_constexpr, is_const, do_not_specialize...): a JITFunction
@@ -99,6 +99,8 @@ class _Recorder:
         return cached[1]
 
     def describe(self, kernel, args: tuple, kwargs: dict) -> dict:
+        import time
+
         from triton._C.libtriton import native_specialize_impl
         from triton.backends.compiler import BaseBackend
 
@@ -138,6 +140,7 @@ class _Recorder:
             "interpreted": type(kernel).__name__ == "InterpretedFunction",
             "args": described_args, "specialization": specialization, "constexprs": constexprs,
             "options": options, "autotune": chosen, "test": os.environ.get("PYTEST_CURRENT_TEST"),
+            "time": time.time_ns(),   # orders the launches of several processes
         }
         large = {name: a.get("storage_bytes") is None or a["storage_bytes"] > TWO_GIB
                  for name, a in described_args.items() if "tensor" in a}
