@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
-from conftest import REPO, needs_golden_toolchain
-
-
-def corpus_copy(dest: Path) -> Path:
-    for name in ("kernels", "golden", "targets"):
-        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", ".xisa.lock"))
-    shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
-    return dest
+from conftest import copy_corpus, needs_golden_toolchain
 
 
 @needs_golden_toolchain
-def test_check_passes_on_the_whole_corpus(run_xisa):
-    out = run_xisa("check", "--format", "json", cwd=REPO)
+def test_check_passes_on_the_whole_corpus(corpus_check):
+    out = corpus_check
     report = json.loads(out.out)
     assert out.code == 0, [c for c in report["cells"] if c["verdict"] != "same"][:3]
     cells = report["cells"]
@@ -30,7 +21,7 @@ def test_check_passes_on_the_whole_corpus(run_xisa):
 
 @needs_golden_toolchain
 def test_flipping_the_gfx11_reader_changes_only_gfx1100_cells(run_xisa, tmp_path):
-    project = corpus_copy(tmp_path / "corpus")
+    project = copy_corpus(tmp_path / "corpus")
     formats = project / "kernels" / "kv_formats.py"
     text = formats.read_text()
     flipped = text.replace("return (((c16 & 0x80) << 8) | ((c16 & 0x7F) << 7)).to(tl.float16, bitcast=True)",

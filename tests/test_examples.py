@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / "examples" / "github-actions" / "xisa.yml"
 HOOKS = REPO / ".pre-commit-hooks.yaml"          # at the root: the repository is a pre-commit hook repo
 HOOKS_README = REPO / "examples" / "pre-commit" / "README.md"

@@ -12,16 +12,14 @@ import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import FIXTURES, REPO, copy_tinyproj, xisa_process
 import xisa.cli
 import xisa.compile.toolchain
-from conftest import FIXTURES
 from xisa.golden import bless as bless_module
 from xisa.analyze.amdgcn import analyze_amdgcn
 from xisa.errors import GoldenError, SpecError, ToolchainError, XisaError
@@ -53,17 +51,6 @@ def assert_one_line_error(out, *needles: str, code: int = 2) -> str:
     for needle in needles:
         assert needle in line, (needle, line)
     return line
-
-
-def _xisa(*args: str, cwd: Path, cache: Path, env: dict[str, str] | None = None):
-    """`python -m xisa` for module-scoped fixtures (run_xisa is per test)."""
-    from conftest import Outcome
-
-    full = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}
-    full.update({"XISA_CACHE_DIR": str(cache), "COLUMNS": "250", **(env or {})})
-    proc = subprocess.run([sys.executable, "-m", "xisa", *args], cwd=cwd, env=full, capture_output=True, text=True,
-                          timeout=900)
-    return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
 
 def _edit(path: Path, old: str, new: str) -> None:
@@ -149,7 +136,7 @@ SPEC_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
-def test_bad_spec_or_project_file(run_xisa, tinyproj, case):
+def test_bad_spec_or_project_file(run_xisa_in_process, tinyproj, case):
     name, old, new, needles = SPEC_CASES[case]
     path = tinyproj / name
     if isinstance(new, bytes):
@@ -157,7 +144,7 @@ def test_bad_spec_or_project_file(run_xisa, tinyproj, case):
     else:
         _edit(path, old, new)
     before = snapshot(tinyproj)
-    out = run_xisa("compile", "--arch", "gfx942", cwd=tinyproj)
+    out = run_xisa_in_process("compile", "--arch", "gfx942", cwd=tinyproj)
     assert_one_line_error(out, *needles)
     assert snapshot(tinyproj) == before
     assert not (tinyproj / "kernels" / "PWNED").exists() and not (tinyproj / "PWNED").exists()
@@ -192,10 +179,10 @@ OPTION_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(OPTION_CASES))
-def test_bad_command_line(run_xisa, tinyproj, case):
+def test_bad_command_line(run_xisa_in_process, tinyproj, case):
     args, needles = OPTION_CASES[case]
     before = snapshot(tinyproj)
-    out = run_xisa(*args, cwd=tinyproj)
+    out = run_xisa_in_process(*args, cwd=tinyproj)
     assert_one_line_error(out, *needles)
     assert snapshot(tinyproj) == before
 
@@ -260,7 +247,7 @@ def broken_cells(tmp_path_factory, shared_cache):
     """One project holding every cell-level bad input at once, compiled once: (project, outcome, before, after)."""
     base = tmp_path_factory.mktemp("broken")
     project = base / "proj"
-    shutil.copytree(FIXTURES / "tinyproj", project)
+    copy_tinyproj(project)
     kernels = project / "kernels"
     cases = []
     for name, (args, constexprs, options, _) in sorted(BIND_CASES.items()):
@@ -281,7 +268,7 @@ def broken_cells(tmp_path_factory, shared_cache):
     marker = base / "EVIL-IMPORTED"
     (base / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n")
     before = snapshot(project)
-    out = _xisa("compile", "--json", "--arch", "gfx942", "--jobs", "2", cwd=project, cache=shared_cache)
+    out = xisa_process("compile", "--json", "--arch", "gfx942", "--jobs", "2", cwd=project, cache=shared_cache)
     return project, out, before, snapshot(project), marker
 
 
@@ -396,8 +383,8 @@ def test_damaged_golden_is_a_golden_error(tmp_path, how):
 def damaged_check(tmp_path_factory, shared_cache):
     """tinyproj blessed, then six goldens damaged six ways, then one `xisa check`."""
     project = tmp_path_factory.mktemp("damaged") / "proj"
-    shutil.copytree(FIXTURES / "tinyproj", project)
-    blessed = _xisa("bless", cwd=project, cache=shared_cache)
+    copy_tinyproj(project)
+    blessed = xisa_process("bless", cwd=project, cache=shared_cache)
     assert blessed.code == 0, blessed.err
     golden = project / "golden"
     plan = {("scale", "small", "gfx942"): "conflict-markers", ("scale", "small", "gfx1100"): "truncated",
@@ -406,7 +393,7 @@ def damaged_check(tmp_path_factory, shared_cache):
     for key, how in plan.items():
         _damage(*golden_paths(golden, *key), how)
     before = snapshot(project)
-    out = _xisa("check", "--format", "json", cwd=project, cache=shared_cache)
+    out = xisa_process("check", "--format", "json", cwd=project, cache=shared_cache)
     return plan, out, before, snapshot(project)
 
 
@@ -426,13 +413,13 @@ def test_check_refuses_goldens_of_another_toolchain(tmp_path, shared_cache):
     import triton
 
     project = tmp_path / "proj"
-    shutil.copytree(FIXTURES / "tinyproj", project)
-    assert _xisa("bless", cwd=project, cache=shared_cache).code == 0
+    copy_tinyproj(project)
+    assert xisa_process("bless", cwd=project, cache=shared_cache).code == 0
     toolchain_file, _ = golden_paths(project / "golden", "dot", "f16_32", "gfx942")
     toolchain_file.write_text(toolchain_file.read_text().replace(f"triton: {triton.__version__}", "triton: 3.6.0"))
     before = snapshot(project)
     cold = tmp_path / "cold-cache"
-    out = _xisa("check", "--format", "json", cwd=project, cache=cold)
+    out = xisa_process("check", "--format", "json", cwd=project, cache=cold)
     assert_one_line_error(out, "golden/dot/f16_32/gfx942.yaml: toolchain",
                           f"made with Triton 3.6.0 but {triton.__version__} is installed",
                           "fix: pip install triton==3.6.0, or re-bless")
@@ -726,7 +713,7 @@ def test_merge_keys_in_a_spec_resolve_to_the_overridden_values(tmp_path):
     spec_file.write_text("source: k.py\nfunction: kern\ntargets: [gfx942]\n"
                          "description: {common: &common {x_ptr: '*fp32', n: 4096}}\n"
                          "cases:\n  - name: c\n    args:\n      <<: *common\n      n: 1024\n")
-    targets = select_targets(load_targets([Path(__file__).resolve().parent.parent / "targets"]), ["gfx942"])
+    targets = select_targets(load_targets([REPO / "targets"]), ["gfx942"])
     (cell,) = build_cells([load_spec(spec_file)], targets)
     assert cell.args == {"x_ptr": "*fp32", "n": 1024}
 
@@ -751,7 +738,7 @@ def test_a_matrix_too_large_is_refused_before_it_expands(tmp_path):
 def test_junit_holds_any_message_as_parseable_xml():
     from xml.etree import ElementTree as ET
 
-    from xisa.render.report import render_junit
+    from xisa.render.formats import render_junit
     from xisa.golden.verdict import CellVerdict, CheckReport
 
     message = "import failed: RuntimeError: boom \x01\x1b[31mred\x1b[0m \x00 \ufffe tab\there"

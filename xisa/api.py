@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ContextManager
 
-from xisa.analyze.expect import Failure, check_against_targets, evaluate, validate
+from xisa.analyze.expect import Failure, check_against_targets, evaluate
 from xisa.compile.result import CellResult
 from xisa.compile.runner import RunOptions, run_cells
 from xisa.compile.toolchain import describe_toolchain
@@ -64,7 +64,6 @@ class Workspace:
         cells = build_cells(self.specs, chosen, kernel_filters=kernel)
         known = {name: target.backend for name, target in self.targets.items()}
         for cell in cells:
-            validate(cell.expect, path=cell.kernel.spec_path, field=cell.field_path)
             check_against_targets(cell.expect, known, path=cell.kernel.spec_path, field=cell.field_path)
         return chosen, cells
 
@@ -177,7 +176,7 @@ class Run:
 def expectation_failures(cell: Cell, result: CellResult) -> list[Failure]:
     if not result.ok or result.analysis is None:
         return []
-    return evaluate(cell.expect, cell.target.name, result.analysis, path=cell.kernel.spec_path, field=cell.field_path)
+    return evaluate(cell.expect, cell.target.name, result.analysis)
 
 
 @contextlib.contextmanager
@@ -255,7 +254,7 @@ def judge(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, scopes: 
 def bless_commands(report: CheckReport, ws: Workspace, *, kernel: list[str] | None, spec: list[Path] | None,
                    golden: Path | None) -> list[str]:
     """The `xisa bless` commands that accept what this check found changed, new or unused."""
-    from xisa.render.report import accept_commands
+    from xisa.render.formats import accept_commands
 
     extra = [word for path in spec or [] for word in ("--spec", str(path))]
     extra += ["--golden", str(golden)] if golden is not None else []

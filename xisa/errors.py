@@ -54,10 +54,6 @@ class BindError(XisaError):
     """A case's arguments do not fit the kernel's parameters."""
 
 
-class CompileError(XisaError):
-    """Triton failed to compile a cell."""
-
-
 class ParseError(XisaError):
     """Assembly could not be parsed; names the line."""
 

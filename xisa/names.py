@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from xisa.errors import SpecError
+from xisa.errors import SpecError, UsageError, XisaError
 
 KERNEL_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 CASE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -37,6 +38,46 @@ def check_name(kind: str, value: object, pattern: re.Pattern, *, path: str | Non
             fix=f"use only the characters {pattern.pattern[1:-1]}, no path separators or '..'",
         )
     return value
+
+
+@dataclass(frozen=True, order=True)
+class CellKey:
+    """One cell: a kernel's case on a target. Written `kernel:case@target` everywhere xisa names it."""
+
+    kernel: str
+    case: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.kernel}:{self.case}@{self.target}"
+
+    @classmethod
+    def parse(cls, text: str, *, error: type[XisaError] = UsageError, field: str | None = None) -> "CellKey":
+        """`kernel:case@target` back into its parts; each must be a name xisa could have given (a cell id
+        read from a report or a CI artifact is not trusted)."""
+        head, _, target = text.rpartition("@")
+        kernel, _, case = head.partition(":")
+        for kind, value, pattern in (("kernel", kernel, KERNEL_NAME), ("case", case, CASE_NAME),
+                                     ("target", target, TARGET_NAME)):
+            if not is_valid_name(value, pattern):
+                raise error(f"{value[:40]!r} is not a {kind} name", field=f"{field}.{kind}" if field else kind)
+        return cls(kernel, case, target)
+
+
+class NamedByCell:
+    """For records that carry a cell's `kernel`, `case` and `target` names: its `CellKey` and id."""
+
+    kernel: str
+    case: str
+    target: str
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey(self.kernel, self.case, self.target)
+
+    @property
+    def id(self) -> str:
+        return str(self.key)
 
 
 def closest(name: str, candidates: list[str]) -> str | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -309,7 +310,8 @@ def _parse_function(lines: list[str], name: str, opaque: set[str]) -> list[Block
         if " :: " in operands:  # VOPD: one instruction word, two operations
             tail = operands.split(" :: ", 1)[1].split(None, 1)
             second = tail[0] if tail and re.match(r"^v_[a-z0-9_]+$", tail[0]) else ""
-        blocks[-1].instructions.append(Instruction(mnemonic, base_mnemonic(mnemonic), operands, index + 1, second))
+        blocks[-1].instructions.append(Instruction(mnemonic, base_mnemonic(mnemonic), operands, index + 1, second,
+                                                   base_mnemonic(second) if second else ""))
         if _TERMINATORS.match(mnemonic):
             blocks.append(Block(f"bb{len(blocks)}"))
     if not end_seen:
@@ -332,10 +334,7 @@ def _parse_function(lines: list[str], name: str, opaque: set[str]) -> list[Block
         return others.setdefault(symbol, f".L{len(others)}")
 
     for block in blocks:
-        block.instructions = [
-            Instruction(i.mnemonic, i.base, _LOCAL_LABEL.sub(rename, i.operands), i.line, i.second)
-            for i in block.instructions
-        ]
+        block.instructions = [replace(i, operands=_LOCAL_LABEL.sub(rename, i.operands)) for i in block.instructions]
     return blocks
 
 

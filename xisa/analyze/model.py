@@ -20,14 +20,13 @@ class Instruction:
     operands: str          # normalized operand text
     line: int              # 1-based line in the source assembly
     second: str = ""       # the other half of a dual-issue pair (gfx11+ VOPD `X ... :: Y ...`), raw
+    second_base: str = ""  # that half with its encoding suffixes stripped (the parser knows the ISA's rule)
 
     def histogram_keys(self) -> tuple[str, str]:
         """(raw, base) keys: a dual-issue pair counts once, as `X::Y`, so both halves are visible."""
         if not self.second:
             return self.mnemonic, self.base
-        from xisa.analyze.amdgcn import base_mnemonic
-
-        return f"{self.mnemonic}::{self.second}", f"{self.base}::{base_mnemonic(self.second)}"
+        return f"{self.mnemonic}::{self.second}", f"{self.base}::{self.second_base}"
 
     def text(self) -> str:
         return f"{self.mnemonic} {self.operands}".rstrip()

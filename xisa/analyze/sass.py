@@ -1,4 +1,4 @@
-"""Parse and normalize NVIDIA SASS, and read a cubin's resource usage with cuobjdump.
+"""Parse and normalize NVIDIA SASS, and read a cubin's resource usage as cuobjdump prints it.
 
 Three spellings of the same machine code are accepted:
 
@@ -16,19 +16,18 @@ are dropped; branch-target labels and in-function code addresses (`BSSY B0, 0x3f
 by the block they start, so neither nvdisasm's label numbering nor the spelling picks the
 fingerprint; trailing `NOP` padding (the function is padded to 128 bytes) is dropped. The three
 spellings of one cubin give the same stream and the same sha256.
+
+Pure: text in, analysis out. Running nvdisasm and cuobjdump on a cubin is `xisa.compile.disassemble`'s.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import tempfile
 from collections import Counter
 from typing import Any
 
 from xisa.analyze.model import Analysis, Block, Instruction, Stream, histograms
-from xisa.errors import ParseError, ToolchainError
+from xisa.errors import ParseError
 
 # Every SASS instruction from Volta on is 128 bits: an in-function code address is index * 16.
 INSTRUCTION_BYTES = 16
@@ -230,23 +229,10 @@ def parse_stream(sass: str) -> Stream:
     return Stream(blocks)
 
 
-# --- resources: cuobjdump --dump-resource-usage -------------------------------------------------
+# --- resources: what cuobjdump --dump-resource-usage prints -------------------------------------
 
 _RESOURCE_FN = re.compile(r"^\s*Function\s+([^\s:]+)\s*:\s*$")
 _RESOURCE_KV = re.compile(r"([A-Z_]+(?:\[\d+\])?):(\d+)")
-
-
-def cuobjdump_path() -> str:
-    try:
-        from triton import knobs
-
-        path = knobs.nvidia.cuobjdump.path
-    except Exception as exc:  # noqa: BLE001 -- any failure means: no usable tool
-        raise ToolchainError(f"cannot locate cuobjdump through triton.knobs: {exc}") from None
-    if not path or not os.path.isfile(path):
-        raise ToolchainError(f"cuobjdump not found at {path!r}",
-                             fix="install a Triton wheel that carries triton/backends/nvidia/bin/cuobjdump")
-    return path
 
 
 def parse_resource_usage(text: str, kernel: str | None = None) -> dict[str, int]:
@@ -270,21 +256,6 @@ def parse_resource_usage(text: str, kernel: str | None = None) -> dict[str, int]
     if missing:
         raise ParseError(f"cuobjdump resource usage lacks {', '.join(missing)}", field="line 1")
     return facts
-
-
-def cubin_resource_usage(cubin: bytes, kernel: str | None = None) -> dict[str, int]:
-    tool = cuobjdump_path()
-    fd, path = tempfile.mkstemp(suffix=".cubin")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(cubin)
-        proc = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True, text=True, timeout=120)
-    finally:
-        os.remove(path)
-    if proc.returncode != 0:
-        raise ToolchainError(f"cuobjdump --dump-resource-usage failed ({proc.returncode}): "
-                             f"{proc.stderr.strip()[:200]}")
-    return parse_resource_usage(proc.stdout, kernel)
 
 
 def _kernel_name(sass: str) -> str | None:
@@ -321,14 +292,16 @@ def strip_register_numbers(stream: Stream) -> Stream:
     return stream
 
 
-def analyze_sass(sass: str, cubin: bytes, *, shared_bytes: int, rules: tuple[str, ...] = ()) -> Analysis:
-    """Analysis without occupancy (the caller adds it from the target: see `cuda_warps_per_sm`)."""
+def analyze_sass(sass: str, resource_usage: str, *, shared_bytes: int, rules: tuple[str, ...] = ()) -> Analysis:
+    """Analysis without occupancy (the caller adds it from the target: see `cuda_warps_per_sm`).
+
+    `resource_usage` is what `cuobjdump --dump-resource-usage` prints for the cubin."""
     stream = parse_stream(sass)
     if "register-numbers" in rules:
         stream = strip_register_numbers(stream)
     raw, base = histograms(stream)
     classes = Counter(classify(ins.mnemonic) for ins in stream.instructions())
-    usage = cubin_resource_usage(cubin, _kernel_name(sass))
+    usage = parse_resource_usage(resource_usage, _kernel_name(sass))
     return Analysis(
         isa="sass", sha256=stream.sha256(), instructions=sum(raw.values()), blocks=len(stream.blocks),
         histogram=raw, base_histogram=base, classes={c: classes.get(c, 0) for c in CLASSES if classes.get(c)},

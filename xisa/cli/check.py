@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,11 +11,13 @@ from typing import Annotated, Optional
 import typer
 
 from xisa import api
+from xisa.fsio import write_atomic
+from xisa.names import CellKey
 from xisa.cli.options import (ArchOption, JobsOption, KernelOption, LockTimeoutOption, NoCacheOption, QuietOption,
                               SpecOption, TimeoutOption, print_failure_lines, run_options, stderr, stdout)
 from xisa.golden.verdict import CheckReport
 from xisa.render.progress import progress_reporter
-from xisa.render.report import error_block, render_check_text, render_junit, render_markdown
+from xisa.render.formats import error_block, render_check_text, render_junit, render_markdown
 
 
 class Format(str, Enum):
@@ -68,11 +68,7 @@ def _emit_report(report: CheckReport, fmt: Format, output: Path | None, *, count
         sys.stdout.write(text)
     else:
         output.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be read
-        os.replace(tmp, output)
+        write_atomic(output, text, mode=0o666)  # a report is meant to be read: not mkstemp's private 0600
         stderr().print(f"wrote {output}")
 
 
@@ -156,7 +152,7 @@ def merge(
     if fmt == "json":
         text = json.dumps(merged, indent=2, sort_keys=True) + "\n"
     else:
-        lines = [f"{c['verdict']}: {c['kernel']}:{c['case']}@{c['target']}" for c in merged["cells"]
+        lines = [f"{c['verdict']}: {CellKey(c['kernel'], c['case'], c['target'])}" for c in merged["cells"]
                  if c["verdict"] != "same"]
         lines += [f"untrusted: {p}" for p in merged["problems"]]
         if merged["isolation_violated"]:

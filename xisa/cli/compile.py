@@ -10,12 +10,12 @@ import typer
 from rich.text import Text
 
 from xisa import api
-from xisa.analyze.expect import ISA_OF_BACKEND, check_key
+from xisa.analyze.expect import check_key
 from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
                               TimeoutOption, print_failure_lines, run_options, stderr, stdout)
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.render.progress import progress_reporter
-from xisa.render.report import compile_payload, error_block, render_compile_markdown, render_compile_table
+from xisa.render.formats import compile_payload, error_block, render_compile_markdown, render_compile_table
 
 
 def compile_command(
@@ -46,7 +46,7 @@ def compile_command(
         typer.echo(render_compile_markdown(results, counts=count or []), nl=False)
     elif not quiet:
         render_compile_table(stdout(), results, failures, counts=count or [], top=top,
-                             isa_of={t.name: ISA_OF_BACKEND[t.backend] for t in run.targets})
+                             isa_of={t.name: t.handler.isa for t in run.targets})
     print_failure_lines(run.failure_lines())
     errors = [r for r in results if not r.ok]
     for result in errors:

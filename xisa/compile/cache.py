@@ -21,7 +21,6 @@ import os
 import shutil
 import stat
 import sys
-import tempfile
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +30,7 @@ from xisa.analyze.amdgcn import assembled_files
 from xisa.compile.bind import (compile_reads, dependency_digest, load_digest, note_compile_reads,
                        reused_compile_reads)
 from xisa.errors import ToolchainError
+from xisa.fsio import write_atomic
 from xisa.compile.result import CellResult
 from xisa.spec.cases import Cell
 from xisa.compile.toolchain import PINNED_ENV, unclassified_environment
@@ -256,22 +256,12 @@ class ResultCache:
 
 
 def write_private(path: Path, text: str) -> bool:
-    """Write `text` to `path` through a temp file and a rename; on failure (a full disk) leave nothing behind."""
-    tmp = None
+    """Write `text` to `path` atomically, readable by this user alone; False where it cannot be written (a
+    full disk). Its temp file is `.tmp-*.json`, which `clear_cache` knows for xisa's own."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text, prefix=".tmp-", suffix=".json")
         return True
-    except BaseException as exc:   # a full disk, or a signal unwinding the run: no temp file left either way
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        if not isinstance(exc, OSError):
-            raise
+    except OSError:
         return False  # a cache that cannot be written only costs speed
 
 

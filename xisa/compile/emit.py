@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from xisa.compile.result import CellResult
+from xisa.fsio import write_atomic
 from xisa.spec.cases import Cell
 
 
@@ -19,12 +19,9 @@ def emit_stages(directory: Path, cells: list[Cell], results: list[CellResult]) -
         folder.mkdir(parents=True, exist_ok=True)
         for stage, content in sorted(result.stages.items()):
             path = folder / f"{cell.kernel.name}.{stage}"
-            data = content if isinstance(content, bytes) else str(content).encode("utf-8")
-            tmp = path.with_suffix(path.suffix + ".tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            write_atomic(path, content if isinstance(content, bytes) else str(content), mode=0o666)
             written += 1
         if result.analysis is not None:
-            (folder / f"{cell.kernel.name}.normalized").write_text(result.analysis.stream_text, encoding="utf-8")
+            write_atomic(folder / f"{cell.kernel.name}.normalized", result.analysis.stream_text, mode=0o666)
             written += 1
     return written

@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xisa.analyze.model import Analysis
+from xisa.names import NamedByCell
 
 
 @dataclass
-class CellResult:
+class CellResult(NamedByCell):
     kernel: str
     case: str
     target: str
@@ -22,10 +23,6 @@ class CellResult:
     seconds: float = 0.0
     stages: dict[str, str | bytes] = field(default_factory=dict, repr=False)
     cached: bool = False
-
-    @property
-    def id(self) -> str:
-        return f"{self.kernel}:{self.case}@{self.target}"
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from xisa.analyze.backends import BACKENDS
 from xisa.errors import ToolchainError
 
 SUPPORTED_TRITON = ((3, 6), (3, 9))  # inclusive minor range
@@ -20,7 +21,7 @@ GOLDEN_TRITON = "3.8.0"              # the version this repository's goldens are
 # Every environment variable the installed Triton reads, classified once: its knobs (`triton.knobs`) and
 # the variables its C++ side folds into its cache key (`get_cache_invalidating_env_vars`). A variable
 # Triton reads that is in none of the three tables is refused (`unclassified_variables`), and
-# tests/test_environment.py fails when the installed Triton has a knob this table does not name.
+# tests/compile/test_environment.py fails when the installed Triton has a knob this table does not name.
 
 # Refused: they rewrite kernels, replace a tool or a cache: results made under them cannot be trusted.
 REFUSED_ENV = {
@@ -311,17 +312,18 @@ def ptxas_version() -> str | None:
     return match.group(1) if match else None
 
 
+# How each toolchain key a backend records (`Backend.toolchain_keys`) is found out.
+_PROBES = {"amd_codegen": amd_codegen_revision, "ptxas": ptxas_version}
+
+
 def describe_toolchain(*, backends: set[str] | None = None) -> dict[str, str]:
-    """What goes into every golden and cache key. `backends` limits the slow probes to what is used."""
-    version = triton_version()
-    info = {"triton": version}
-    backends = backends or set()
-    if "hip" in backends:
-        revision = amd_codegen_revision()
-        if revision:
-            info["amd_codegen"] = revision
-    if "cuda" in backends:
-        ptxas = ptxas_version()
-        if ptxas:
-            info["ptxas"] = ptxas
+    """What goes into every golden and cache key. `backends` (Triton's names) limits the slow probes to what
+    is used."""
+    info = {"triton": triton_version()}
+    for entry in BACKENDS:
+        if entry.name in (backends or ()):
+            for key in entry.toolchain_keys:
+                value = _PROBES[key]()
+                if value:
+                    info[key] = value
     return info

@@ -10,6 +10,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
+from xisa.analyze.backends import BACKENDS, NVIDIA, Backend
 from xisa.spec.targets import Target
 
 
@@ -23,17 +24,6 @@ class Device:
 
     def describe(self) -> str:
         return f"GPU {self.index}: {self.name} ({self.arch}{', ' + self.target if self.target else ', no target'})"
-
-
-def base_gcn_arch(gcn_arch_name: str) -> str:
-    """`gfx942:sramecc+:xnack-` -> `gfx942`."""
-    return gcn_arch_name.split(":", 1)[0].strip()
-
-
-def arch_of(props: Any, *, is_hip: bool) -> str:
-    if is_hip:
-        return base_gcn_arch(str(getattr(props, "gcnArchName", "") or ""))
-    return f"{props.major}.{props.minor}"
 
 
 def match_target(arch: str, backend: str, targets: dict[str, Target]) -> str | None:
@@ -58,15 +48,20 @@ def detect_devices(targets: dict[str, Target], *, torch_module: Any = None) -> l
         count = cuda.device_count()
     except Exception:  # a broken driver is "no GPU", not a crash
         return []
-    is_hip = bool(getattr(getattr(torch_module, "version", None), "hip", None))
-    backend = "hip" if is_hip else "cuda"
+    backend = built_for(torch_module)
     devices = []
     for index in range(count):
         props = cuda.get_device_properties(index)
-        arch = arch_of(props, is_hip=is_hip)
-        devices.append(Device(index=index, name=str(getattr(props, "name", "GPU")), backend=backend, arch=arch,
-                              target=match_target(arch, backend, targets)))
+        arch = backend.device_arch(props)
+        devices.append(Device(index=index, name=str(getattr(props, "name", "GPU")), backend=backend.name, arch=arch,
+                              target=match_target(arch, backend.name, targets)))
     return devices
+
+
+def built_for(torch_module: Any) -> Backend:
+    """The backend torch was built for (`torch.version.hip` on ROCm), CUDA's where the build says nothing."""
+    version = getattr(torch_module, "version", None)
+    return next((b for b in BACKENDS if getattr(version, b.torch_build, None)), NVIDIA)
 
 
 def present_targets(devices: list[Device]) -> dict[str, Device]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from xisa.compile.bind import BoundCell, bind_values, constexpr_value, load_kernel_function
 from xisa.errors import XisaError
+from xisa.names import CellKey
 from xisa.spec.cases import Cell
 
 
@@ -68,7 +69,7 @@ class RuntimeResult:
 
     @property
     def id(self) -> str:
-        return f"{self.kernel}:{self.case}@{self.target}"
+        return str(CellKey(self.kernel, self.case, self.target))
 
     @property
     def fidelity(self) -> str:

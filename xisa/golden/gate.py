@@ -17,6 +17,7 @@ from typing import Any
 
 from xisa.analyze.expect import Failure
 from xisa.golden.store import list_goldens
+from xisa.names import CellKey
 from xisa.compile.result import CellResult
 from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, Scope, build_report
 
@@ -59,9 +60,8 @@ def judge_against_base(results: list[CellResult], failures: dict[str, list[Failu
             verdict.message = f"changed since {name}, {where}"
     for cell_id, error in sorted(base_errors.items()):   # a base cell that no longer exists at head
         if cell_id not in judged:
-            kernel, _, rest = cell_id.partition(":")
-            case, _, target = rest.rpartition("@")
-            report.verdicts.append(CellVerdict(kernel=kernel, case=case, target=target, verdict=ERROR,
+            key = CellKey.parse(cell_id)
+            report.verdicts.append(CellVerdict(kernel=key.kernel, case=key.case, target=key.target, verdict=ERROR,
                                                judged_by_scope=True,
                                                message=f"the cell does not compile at {name}: {error}"))
     report.base = base

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from xisa.errors import GoldenError, UsageError
-from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, is_valid_name
+from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, CellKey, is_valid_name
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 from xisa.spec.shard import shard_of
-from xisa.spec.cases import cell_id
 from xisa.golden.verdict import (CHANGED, ERROR, EXPECT_FAILED, NEW, RESOURCE_DELTA_KEYS, SAME, UNUSED, CellVerdict,
                           CheckReport, Scope)
 
@@ -139,7 +138,7 @@ def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
         if not is_valid_name(value, pattern):
             raise _Invalid(f"{where}.{key}", f"{value[:40]!r} is not a {key} name")
         names.append(value)
-    where = f"{where} ({cell_id(*names)})"
+    where = f"{where} ({CellKey(*names)})"
     verdict = _field(cell, "verdict", (str,), where)
     if verdict not in VERDICTS:
         raise _Invalid(f"{where}.verdict", f"unknown verdict {verdict[:40]!r} (known: {', '.join(VERDICTS)})")

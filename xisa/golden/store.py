@@ -25,7 +25,7 @@ from typing import Any
 
 from xisa.analyze.model import Analysis
 from xisa.errors import GoldenError, LockError
-from xisa.fsio import refuse_link
+from xisa.fsio import refuse_link, write_temp
 from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, is_valid_name
 from xisa.compile.result import CellResult
 from xisa.yamlio import dump_yaml, parse_yaml
@@ -209,24 +209,6 @@ def pending_files(golden_dir: Path) -> list[Path]:
     return [path for path in _golden_files(golden_dir) if path.name.endswith(PENDING_SUFFIX)]
 
 
-def _write_temp(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="\n", opener=_no_follow) as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:  # a full disk mid-write: leave no stray temp file
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    return tmp
-
-
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
-
-
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
     """SIGINT/SIGTERM/SIGHUP wait until a golden's two files are both replaced."""
@@ -247,8 +229,8 @@ def write_golden(yaml_path: Path, stream_path: Path, yaml_text: str, stream_text
     pending = _pending(yaml_path)
     tmp_yaml = tmp_stream = None
     try:
-        tmp_yaml = _write_temp(yaml_path, yaml_text)
-        tmp_stream = _write_temp(stream_path, stream_text) if stream_text is not None else None
+        tmp_yaml = write_temp(yaml_path, yaml_text, mode=0o666, fsync=True)
+        tmp_stream = write_temp(stream_path, stream_text, mode=0o666, fsync=True) if stream_text is not None else None
         with _signals_deferred():
             os.replace(tmp_yaml, pending)
             try:

@@ -11,20 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from xisa.analyze import ANALYZER_VERSION
-from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, UsageError
+from xisa.analyze.backends import COMPARED_RESOURCES
 from xisa.analyze.expect import Failure
-from xisa.golden.store import Golden, golden_paths, list_goldens, read_golden
-from xisa.names import closest, display_path
 from xisa.compile.result import CellResult
-from xisa.spec.shard import shard_of
+from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, UsageError
+from xisa.golden.store import Golden, golden_paths, list_goldens, read_golden
+from xisa.names import CellKey, NamedByCell, closest, display_path
 from xisa.spec.cases import matches_kernel_filter
+from xisa.spec.shard import shard_of
 
 # The version of every JSON document xisa prints (check, compile, device, targets, kernels); see docs/json-schema.md.
 JSON_SCHEMA_VERSION = 1
 
 SAME, CHANGED, NEW, UNUSED, ERROR, EXPECT_FAILED = "same", "changed", "new", "unused", "error", "expectation-failed"
-RESOURCE_DELTA_KEYS = ("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes",
-                       "occupancy", "registers", "local_bytes", "stack_bytes", "kernarg_bytes")
+RESOURCE_DELTA_KEYS = COMPARED_RESOURCES      # a change of one of them alone is a changed cell
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Delta:
 
 
 @dataclass
-class CellVerdict:
+class CellVerdict(NamedByCell):
     kernel: str
     case: str
     target: str
@@ -107,10 +107,6 @@ class CellVerdict:
     # Against a base revision (a PR's gate) a new cell or a removed golden is a change like any other,
     # allowed inside the scope; against a tree's own goldens it is always a regression (bless it).
     judged_by_scope: bool = False
-
-    @property
-    def id(self) -> str:
-        return f"{self.kernel}:{self.case}@{self.target}"
 
     @property
     def violates_isolation(self) -> bool:
@@ -283,7 +279,7 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
     for key in list_goldens(golden_dir):
         if key in seen or not matches_filters(*key, selected_targets, kernel_filters):
             continue
-        if shard is not None and shard_of(f"{key[0]}:{key[1]}@{key[2]}", shard[1]) != shard[0] - 1:
+        if shard is not None and shard_of(str(CellKey(*key)), shard[1]) != shard[0] - 1:
             continue
         yaml_path, _ = golden_paths(golden_dir, *key)
         verdicts.append(CellVerdict(kernel=key[0], case=key[1], target=key[2], verdict=UNUSED,

@@ -16,13 +16,13 @@ from __future__ import annotations
 import difflib
 import html
 import json
-import os
 import re
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+from xisa.analyze.backends import RESOURCE_ORDER
+from xisa.fsio import write_atomic
 from xisa.golden.verdict import CHANGED, ERROR, EXPECT_FAILED, NEW, SAME, UNUSED, CellVerdict, CheckReport
 
 HTML_SCHEMA_VERSION = 1
@@ -32,8 +32,6 @@ MAX_DIFF_ROWS = 200            # per diff; beyond it the diff is cut with a note
 PAGE_DIFF_ROWS = 30_000        # per page: later cells get a note instead of a diff (the page stays a few MB)
 HISTOGRAM_ROWS = 40
 AUTO_OPEN_LIMIT = 5            # at most this many non-identical cells: open them on load
-RESOURCE_ROWS = ("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes", "occupancy",
-                 "llvm_occupancy", "registers", "local_bytes", "stack_bytes", "shared_bytes", "kernarg_bytes")
 MATRIX_HINT = {SAME: "byte-identical", CHANGED: "changed", NEW: "new (no golden)", UNUSED: "unused golden",
                ERROR: "error", EXPECT_FAILED: "expectation failed"}
 EXIT_LABEL = {0: "pass", 1: "regression", 2: "untrusted"}
@@ -237,7 +235,7 @@ def stream_diff(base_text: str | None, head_text: str | None, *, context: int = 
         rows.append(["gap", None, _identical(i2 - i1, renamed), None, ""])
 
     for group in _grouped(opcodes, context):
-        first_base, first_head = group[0][1], group[0][3]
+        first_base = group[0][1]
         if first_base > last_base:
             gap(last_base, first_base, last_head)
         for tag, i1, i2, j1, j2 in group:
@@ -272,8 +270,8 @@ def stream_diff(base_text: str | None, head_text: str | None, *, context: int = 
 def _resources(v: CellVerdict) -> list[list[Any]]:
     base = dict(v.base.data.get("resources", {})) if v.base else {}
     head = dict(v.head.analysis.resources) if v.head and v.head.analysis else {}
-    keys = [k for k in RESOURCE_ROWS if k in base or k in head]
-    keys += sorted(k for k in set(base) | set(head) if k not in RESOURCE_ROWS and not isinstance(
+    keys = [k for k in RESOURCE_ORDER if k in base or k in head]
+    keys += sorted(k for k in set(base) | set(head) if k not in RESOURCE_ORDER and not isinstance(
         base.get(k, head.get(k)), (dict, list)))
     return [[k, base.get(k) if v.base else None, head.get(k) if head else None] for k in keys]
 
@@ -384,7 +382,7 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
     w(f"<meta name=\"generator\" content=\"xisa report (html schema {HTML_SCHEMA_VERSION})\">\n")
     w(f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n")
     w(f"<header><h1>{_e(title)}</h1>\n")
-    from xisa.render.report import summary_line
+    from xisa.render.formats import summary_line
 
     w(f"<p class=\"summary\" id=\"summary\">{_e(summary_line(report))}</p>\n")
     exit_label = EXIT_LABEL.get(code, str(code))
@@ -491,20 +489,7 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
 def write_html(path: Path, text: str) -> None:
     """Write through a temp file in the same folder and os.replace: never a half-written page."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)      # mkstemp makes 0600; a report is for sharing
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, text, mode=0o666)      # a report is for sharing
 
 
 _CSS = """

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xisa.analyze.expect import Expectations, check_for_target as check_expectations_for_target, parse_expectations
 from xisa.errors import SpecError
-from xisa.analyze.expect import check_for_target as check_expectations_for_target, validate as validate_expectations
-from xisa.names import CASE_NAME, KERNEL_NAME, check_name
+from xisa.names import CASE_NAME, KERNEL_NAME, CellKey, check_name
 from xisa.spec.targets import Target
 from xisa.yamlio import load_yaml
 
@@ -59,23 +59,17 @@ class Cell:
     args: dict[str, Any]
     constexprs: dict[str, Any]
     options: dict[str, Any]
-    expect: tuple[tuple[str, dict], ...]
+    expect: Expectations           # parsed and checked when the spec loaded
     field_path: str = field(default="")
     runtime: str | None = None     # a function of the kernel module that launches and checks this case
 
     @property
+    def key(self) -> CellKey:
+        return CellKey(self.kernel.name, self.case, self.target.name)
+
+    @property
     def id(self) -> str:
-        return cell_id(self.kernel.name, self.case, self.target.name)
-
-
-def cell_id(kernel: str, case: str, target: str) -> str:
-    return f"{kernel}:{case}@{target}"
-
-
-def split_cell_id(text: str) -> tuple[str, str, str]:
-    head, _, target = text.rpartition("@")
-    kernel, _, case = head.partition(":")
-    return kernel, case, target
+        return str(self.key)
 
 
 def _err(msg: str, path: str, fieldname: str, fix: str | None = None) -> SpecError:
@@ -119,10 +113,9 @@ def _check_layer(layer: dict, path: str, fieldname: str, allowed: set[str] = _LA
         if key in layer:
             _mapping(layer[key], path, f"{fieldname}.{key}")
     if "expect" in layer:
-        expect = _mapping(layer["expect"], path, f"{fieldname}.expect")
-        for pattern, conds in expect.items():
-            _mapping(conds, path, f"{fieldname}.expect.{pattern}")
-        validate_expectations(tuple(expect.items()), path=path, field=fieldname)
+        expect = {pattern: _mapping(conds, path, f"{fieldname}.expect.{pattern}")
+                  for pattern, conds in _mapping(layer["expect"], path, f"{fieldname}.expect").items()}
+        layer["expect"] = parse_expectations(expect, path=path, field=fieldname)
     if "targets" in layer:
         _patterns(layer["targets"], path, f"{fieldname}.targets")
     if "runtime" in layer and not (layer["runtime"] is None or (isinstance(layer["runtime"], str)
@@ -235,8 +228,9 @@ def _merge(layers: list[dict]) -> dict[str, Any]:
             merged["runtime"] = layer["runtime"]
         for key in ("args", "constexprs", "options"):
             merged[key].update(copy.deepcopy(layer.get(key) or {}))
-        for pattern, conds in (layer.get("expect") or {}).items():
-            merged["expect"].setdefault(pattern, {}).update(conds)
+        for pattern, checks in layer.get("expect") or ():
+            merged["expect"].setdefault(pattern, {}).update((check.key, check) for check in checks)
+    merged["expect"] = tuple((pattern, tuple(checks.values())) for pattern, checks in merged["expect"].items())
     return merged
 
 
@@ -247,10 +241,10 @@ def case_targets(case: CaseSpec, targets: list[Target]) -> list[Target]:
 def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
     layers = list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target.name, pattern)]
     merged = _merge(layers)
-    check_expectations_for_target(tuple(merged["expect"].items()), target.name, target.backend,
+    check_expectations_for_target(merged["expect"], target.name, target.backend,
                                   path=spec.spec_path, field=case.field_path)
     return Cell(kernel=spec, case=case.name, target=target, args=merged["args"], constexprs=merged["constexprs"],
-                options=merged["options"], expect=tuple(merged["expect"].items()), field_path=case.field_path,
+                options=merged["options"], expect=merged["expect"], field_path=case.field_path,
                 runtime=merged["runtime"])
 
 

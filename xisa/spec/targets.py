@@ -7,26 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xisa.analyze.backends import BACKEND_NAMES, Backend, backend as backend_entry
 from xisa.errors import TargetError
 from xisa.names import TARGET_NAME, closest, display_path
 from xisa.yamlio import load_yaml
 
-BACKENDS = ("hip", "cuda")
 FP8_ENCODINGS = ("none", "e4m3fn", "e4m3fnuz")
 MATRIX_FAMILIES = ("mfma", "wmma", "hmma", "wgmma", "tcgen05", "none")
 
-AMD_OCCUPANCY_INTS = (
-    "vgpr_granule", "vgpr_budget", "vgpr_max_per_wave", "max_waves_per_simd",
-    "simds_per_cu", "lds_per_cu", "lds_per_workgroup",
-)
-AMD_OCCUPANCY_OPTIONAL = ("sgpr_budget", "sgpr_granule", "max_workgroups_per_cu")
-CUDA_OCCUPANCY_INTS = (
-    "regs_per_sm", "reg_alloc_unit", "max_regs_per_thread", "max_warps_per_sm",
-    "max_blocks_per_sm", "smem_per_sm", "smem_per_block", "smem_reserved_per_block",
-)
 _TOP_KEYS = {"name", "backend", "arch", "warp_size", "family", "description", "fp8", "matrix",
              "occupancy", "device", "sources", "normalize"}
-NORMALIZE_RULES = {"hip": (), "cuda": ("register-numbers",)}
 
 
 @dataclass(frozen=True)
@@ -46,8 +36,9 @@ class Target:
     path: str = field(compare=False, repr=False, default="")
 
     @property
-    def is_amd(self) -> bool:
-        return self.backend == "hip"
+    def handler(self) -> Backend:
+        """What xisa does for this target's family (stages, analysis, resources): `xisa.analyze.backends`."""
+        return backend_entry(self.backend)
 
     def gpu_target(self):
         """Triton's GPUTarget for this target (imports Triton)."""
@@ -82,12 +73,11 @@ def parse_target(data: Any, path: str) -> Target:
     expected_stem = Path(path).stem
     _require(name == expected_stem, f"name {name!r} differs from the file name {expected_stem!r}", path, "name")
     backend = data["backend"]
-    _require(backend in BACKENDS, f"backend {backend!r} unknown", path, "backend", f"one of {BACKENDS}")
+    _require(backend in BACKEND_NAMES, f"backend {backend!r} unknown", path, "backend", f"one of {BACKEND_NAMES}")
+    handler = backend_entry(backend)
     arch = data["arch"]
-    if backend == "hip":
-        _require(isinstance(arch, str) and arch.startswith("gfx"), f"arch {arch!r} is not a gfx name", path, "arch")
-    else:
-        _require(isinstance(arch, int), f"arch {arch!r} must be an int compute capability (e.g. 90)", path, "arch")
+    wrong_arch = handler.check_arch(arch)
+    _require(wrong_arch is None, wrong_arch, path, "arch")
     _require(data["warp_size"] in (32, 64), "warp_size must be 32 or 64", path, "warp_size")
     _require(data["fp8"] in FP8_ENCODINGS, f"fp8 {data['fp8']!r} unknown", path, "fp8", f"one of {FP8_ENCODINGS}")
     _require(data["matrix"] in MATRIX_FAMILIES, f"matrix {data['matrix']!r} unknown", path, "matrix",
@@ -96,14 +86,13 @@ def parse_target(data: Any, path: str) -> Target:
     _require(isinstance(occ, dict), "must be a mapping", path, "occupancy")
     sources = data["sources"]
     _require(isinstance(sources, dict), "must be a mapping of field -> citation", path, "sources")
-    required = AMD_OCCUPANCY_INTS if backend == "hip" else CUDA_OCCUPANCY_INTS
-    optional = AMD_OCCUPANCY_OPTIONAL if backend == "hip" else ()
+    required, optional = handler.occupancy_required, handler.occupancy_optional
     for key in required:
         _require(isinstance(occ.get(key), int) and occ[key] > 0, "missing or not a positive int", path,
                  f"occupancy.{key}")
-    if backend == "hip":
-        _require(occ.get("agpr") in ("unified", "none"), "must be 'unified' or 'none'", path, "occupancy.agpr")
-    unknown_occ = set(occ) - set(required) - set(optional) - {"agpr"}
+    for key, choices in handler.occupancy_choices.items():
+        _require(occ.get(key) in choices, f"must be {' or '.join(repr(c) for c in choices)}", path, f"occupancy.{key}")
+    unknown_occ = set(occ) - set(required) - set(optional) - set(handler.occupancy_choices)
     _require(not unknown_occ, f"unknown key(s) {sorted(unknown_occ)}", path, "occupancy")
     for key, value in occ.items():
         if isinstance(value, int) and not isinstance(value, bool):
@@ -111,7 +100,7 @@ def parse_target(data: Any, path: str) -> Target:
             _require(isinstance(cite, str) and len(cite.strip()) > 10, "this number cites no source", path,
                      f"sources.{key}", f"add sources.{key}: '<document, section, URL>'")
     normalize = data.get("normalize", [])
-    allowed = NORMALIZE_RULES[backend]
+    allowed = handler.normalize_rules
     _require(isinstance(normalize, list) and all(rule in allowed for rule in normalize),
              f"unknown rule in {normalize!r}", path, "normalize", f"rules for {backend}: {list(allowed) or 'none'}")
     device = data["device"]
@@ -138,10 +127,6 @@ def load_targets(directories: list[Path], *, root: Path | None = None) -> dict[s
         raise TargetError("no target files found", path=", ".join(display_path(d, root) for d in directories),
                           fix="add targets/<name>.yaml")
     return targets
-
-
-def is_pattern(text: str) -> bool:
-    return any(ch in text for ch in "*?[")
 
 
 def select_targets(known: dict[str, Target], patterns: list[str] | None) -> list[Target]:

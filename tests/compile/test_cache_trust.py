@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FIXTURES
 from xisa.compile.cache import ResultCache, triton_cache_class, write_private
 from xisa.compile.result import CellResult
 
@@ -350,7 +351,7 @@ def test_a_triton_from_outside_its_wheel_is_part_of_the_key(run_xisa, tmp_path):
 def _sample_result() -> CellResult:
     from xisa.analyze.amdgcn import analyze_amdgcn
 
-    analysis, _ = analyze_amdgcn((Path(__file__).parent / "fixtures" / "asm" / "scale_gfx942.amdgcn").read_text())
+    analysis, _ = analyze_amdgcn((FIXTURES / "asm" / "scale_gfx942.amdgcn").read_text())
     return CellResult(kernel="k", case="c", target="gfx942", status="ok", analysis=analysis)
 
 

@@ -12,8 +12,8 @@ import pytest
 from pathlib import Path
 
 from test_pr_gate import KERNEL, MODULE_KERNEL, PYPROJECT, SPEC, _one_line, edit, git, repo  # noqa: F401 (repo: a fixture)
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _leak_out_of_scope(run_xisa, repo: Path) -> None:
@@ -24,7 +24,7 @@ def _leak_out_of_scope(run_xisa, repo: Path) -> None:
     git(repo, "commit", "-qam", "tune gfx11 (and everything else)")
 
 
-def test_arch_and_kernel_filters_cannot_narrow_the_gate(run_xisa, repo, tmp_path):
+def test_arch_and_kernel_filters_cannot_narrow_the_gate(run_xisa, run_xisa_in_process, repo, tmp_path):
     """`--arch gfx1100` with `--base` compiled gfx1100 only and passed (exit 0) while gfx942 and sm_90
     had changed: the cells left out of a filter were never judged."""
     _leak_out_of_scope(run_xisa, repo)
@@ -33,7 +33,7 @@ def test_arch_and_kernel_filters_cannot_narrow_the_gate(run_xisa, repo, tmp_path
                  ["diff", "--base", "main", "--scope", "gfx11*", "--arch", "gfx11*"],
                  ["check", "--base", "main", "--scope", "gfx11*", "--kernel", "scale", "--arch", "gfx1100"],
                  ["check", "--base", "main", "--compile-base", "--scope", "gfx11*", "--kernel", "scale:small"]):
-        line = _one_line(run_xisa(*args, cwd=repo, env=env), "cannot narrow the gate against a base")
+        line = _one_line(run_xisa_in_process(*args, cwd=repo, env=env), "cannot narrow the gate against a base")
         assert ("--arch" if "--arch" in args else "--kernel") in line and "would not be judged" in line
     assert not (tmp_path / "cold" / "results").exists()         # refused before anything compiled
     assert run_xisa("check", "--base", "main", "--scope", "gfx11*", "-j", "2", cwd=repo).code == 1
@@ -113,14 +113,14 @@ def test_goldens_marked_export_ignore_at_the_base_are_still_read(run_xisa, repo)
     assert out.code == 0 and "byte-identical: gfx1100, gfx942, sm_90 (3 cells)" in out.out, out.out + out.err
 
 
-def test_a_base_without_goldens_is_one_line(run_xisa, repo, tmp_path):
+def test_a_base_without_goldens_is_one_line(run_xisa_in_process, repo, tmp_path):
     """A base that has no golden folder gave every cell as `new since ...`: nothing was compared."""
     git(repo, "checkout", "-qb", "bare")
     git(repo, "rm", "-rq", "golden")
     git(repo, "commit", "-qm", "no goldens")
     git(repo, "checkout", "-q", "main")
     env = {"XISA_CACHE_DIR": str(tmp_path / "cold")}
-    _one_line(run_xisa("check", "--base", "bare", cwd=repo, env=env), "bare has no goldens in golden/",
+    _one_line(run_xisa_in_process("check", "--base", "bare", cwd=repo, env=env), "bare has no goldens in golden/",
               "--compile-base")
     assert not (tmp_path / "cold" / "results").exists()
 

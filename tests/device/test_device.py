@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from xisa.device.detect import base_gcn_arch, detect_devices, gate
+from conftest import REPO
+from xisa.analyze.backends import base_gcn_arch
+from xisa.device.detect import detect_devices, gate
 from xisa.spec.targets import load_targets
 
-REPO = Path(__file__).resolve().parent.parent
 TARGETS = load_targets([REPO / "targets"])
 
 

@@ -16,32 +16,28 @@ from pathlib import Path
 import pytest
 
 import xisa.cli
-from test_reliability import _xisa
+from conftest import copy_tinyproj, xisa_process
 
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory, shared_cache) -> dict[str, object]:
     """The unsharded report, its two shards, and two shards of different --arch selections."""
-    from conftest import FIXTURES
-    import shutil
-
     root = tmp_path_factory.mktemp("merge")
-    project = root / "tinyproj"
-    shutil.copytree(FIXTURES / "tinyproj", project)
+    project = copy_tinyproj(root / "tinyproj")
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    assert _xisa("bless", cwd=project, cache=shared_cache).code == 0
+    assert xisa_process("bless", cwd=project, cache=shared_cache).code == 0
     subprocess.run(["git", "add", "-A"], cwd=project, check=True)
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "goldens"], cwd=project,
                    check=True)
     source = project / "kernels" / "scale.py"
     source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))  # gfx11 only
-    whole = _xisa("check", "--format", "json", cwd=project, cache=shared_cache)
+    whole = xisa_process("check", "--format", "json", cwd=project, cache=shared_cache)
     out: dict[str, object] = {"project": project, "whole": whole}
     runs = {"s1": ["--shard", "1/2"], "s2": ["--shard", "2/2"],
             "gfx1100": ["--arch", "gfx1100", "--shard", "1/2"], "gfx942": ["--arch", "gfx942", "--shard", "2/2"]}
     for name, args in runs.items():
         path = root / f"{name}.json"
-        result = _xisa("check", *args, "--format", "json", "--output", str(path), cwd=project, cache=shared_cache)
+        result = xisa_process("check", *args, "--format", "json", "--output", str(path), cwd=project, cache=shared_cache)
         assert result.code in (0, 1), result.err
         out[name] = json.loads(path.read_text())
     return out

@@ -310,3 +310,39 @@ def test_a_code_object_that_is_not_an_elf_is_a_parse_error_naming_it():
     for broken in (b"", b"not an elf at all", b"\x7fELF\x02\x01" + b"\0" * 58 + b"\xff" * 64):
         with pytest.raises(ParseError, match="hsaco"):
             code_sha256(broken)
+
+
+# --- the backend table (xisa.analyze.backends) ---------------------------------------------------
+
+def test_the_amd_entry_analyzes_with_occupancy_and_names_every_resource_it_reports():
+    from pathlib import Path
+
+    from xisa.analyze.backends import AMD, backend, backend_of_isa
+    from xisa.analyze.occupancy import amd_waves_per_simd
+    from xisa.spec.targets import load_targets
+
+    repo = Path(__file__).resolve().parents[2]
+    gfx942 = load_targets([repo / "targets"])["gfx942"]
+    asm = (repo / "tests" / "fixtures" / "asm" / "scale_gfx942.amdgcn").read_text()
+    assert gfx942.handler is backend("hip") is backend_of_isa("amdgcn") is AMD
+    plain, _ = analyze_amdgcn(asm, lds_bytes=2048)
+    analysis = AMD.analyze(asm, _elf_with_text(b"\x00" * 8), shared_bytes=2048, num_warps=4, target=gfx942)
+    assert analysis.sha256 == plain.sha256 and analysis.code_sha256 is not None
+    res = analysis.resources
+    assert set(res) == set(AMD.resources)
+    assert res["occupancy"] == amd_waves_per_simd(gfx942, vgprs=res["vgprs"], agprs=res["agprs"], sgprs=res["sgprs"],
+                                                  lds_bytes=res["lds_bytes"], num_warps=4)
+
+
+def _elf_with_text(code: bytes) -> bytes:
+    """The smallest ELF `codeobject.loaded_sections` reads: a header, `.text` and the section-name table."""
+    import struct
+
+    names = b"\0.text\0.shstrtab\0"
+    shoff = 64 + len(code) + len(names)
+    header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + b"\0" * 9, 3, 224, 1, 0, 0, shoff, 0, 64, 0,
+                         0, 64, 3, 2)
+    section = struct.Struct("<IIQQQQIIQQ")
+    table = (section.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0) + section.pack(1, 1, 0x6, 0, 64, len(code), 0, 0, 4, 0)
+             + section.pack(7, 3, 0, 0, 64 + len(code), len(names), 0, 0, 1, 0))
+    return header + code + names + table

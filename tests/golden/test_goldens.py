@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import git, gfx11_branch_change
 from xisa.golden.store import golden_paths, read_golden
-
-
-def gfx11_branch_change(project: Path) -> None:
-    """Edit only the kernel branch that gfx11 targets compile (GFX11_PATH=True)."""
-    source = project / "kernels" / "scale.py"
-    source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))
 
 
 @pytest.fixture
@@ -149,19 +144,13 @@ def test_markdown_and_junit_reports(run_xisa, blessed, tmp_path):
     assert suite.get("tests") == "8" and suite.get("failures") == "2"
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t"})
-
-
 def test_diff_against_a_git_revision(run_xisa, blessed):
-    _git(blessed, "init", "-q")
-    _git(blessed, "add", "-A")
-    _git(blessed, "commit", "-qm", "base")
+    git(blessed, "init", "-q")
+    git(blessed, "add", "-A")
+    git(blessed, "commit", "-qm", "base")
     gfx11_branch_change(blessed)
     assert run_xisa("bless", "--arch", "gfx1100", cwd=blessed).code == 0
-    _git(blessed, "commit", "-qam", "gfx11 change")
+    git(blessed, "commit", "-qam", "gfx11 change")
     out = run_xisa("diff", "--base", "HEAD~1", "--scope", "gfx1100", "--format", "markdown", "--count", "v_add*",
                    cwd=blessed)
     assert out.code == 0, out.err
@@ -203,3 +192,25 @@ def test_bless_killed_midway_leaves_every_golden_old_or_new(run_xisa, blessed, s
     new = {p: p.read_bytes() for p in (blessed / "golden").rglob("*") if p.is_file() and p.suffix in (".yaml", ".isa")}
     assert set(new) == set(old) and any(new[p] != old[p] for p in new)
     assert not list((blessed / "golden").rglob("*.pending")) and not list((blessed / "golden").rglob(".*.tmp"))
+
+
+def test_the_one_atomic_write_keeps_the_old_file_on_failure_and_sets_the_mode_asked(tmp_path, monkeypatch):
+    """xisa.fsio.write_atomic: golden writes, the result cache, --emit and the HTML page all go through it."""
+    from xisa.fsio import write_atomic
+
+    shared, private = tmp_path / "page.html", tmp_path / "entry.json"
+    write_atomic(shared, "<p>one</p>\n", mode=0o666)
+    write_atomic(private, b"{}")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert shared.stat().st_mode & 0o777 == 0o666 & ~umask and private.stat().st_mode & 0o777 == 0o600
+    assert shared.read_bytes() == b"<p>one</p>\n"
+
+    def interrupted(src, dst, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(shared, "<p>two</p>\n", mode=0o666, fsync=True)
+    assert shared.read_bytes() == b"<p>one</p>\n" and sorted(p.name for p in tmp_path.iterdir()) == ["entry.json",
+                                                                                                       "page.html"]

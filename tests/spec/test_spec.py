@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from xisa.errors import SpecError
 from xisa.spec.cases import build_cells, load_spec
 from xisa.spec.targets import load_targets, select_targets, unknown_target
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,8 @@ def test_matrix_expands_and_merges_in_order(tmp_path, targets):
     assert gfx1100.args == {"x": "*fp8e4nv"}
     gfx942 = cells["k:c-bf16-d128@gfx942"]
     assert gfx942.options == {"num_warps": 4, "num_stages": 2} and gfx942.constexprs == {"A": 2, "D": 128}
-    assert dict(gfx1100.expect) == {"gfx11*": {"v_cvt*fp8*": 0}}
+    assert {pattern: {e.key: e.written for e in checks} for pattern, checks in gfx1100.expect} == \
+        {"gfx11*": {"v_cvt*fp8*": 0}}
 
 
 @pytest.mark.parametrize("text,field,message", [
@@ -176,9 +177,9 @@ def _sass_analysis(**resources):
 
 
 def test_scratch_bytes_on_nvidia_is_stack_plus_local_bytes():
-    from xisa.analyze.expect import evaluate, measure
+    from xisa.analyze.expect import evaluate, measure, parse_expectations
 
-    expect = (("*", {"scratch_bytes": 0}),)
+    expect = parse_expectations({"*": {"scratch_bytes": 0}}, path="k.yaml", field="cases[0]")
     # The case of issue 12: a kernel with 3,144 bytes of stack passed `'*': {scratch_bytes: 0}` on sm_90.
     [failure] = evaluate(expect, "sm_90", _sass_analysis(stack_bytes=3144))
     assert failure.actual == 3144 and "scratch_bytes == 0" in str(failure)
@@ -187,3 +188,50 @@ def test_scratch_bytes_on_nvidia_is_stack_plus_local_bytes():
     # Classes that name the same work on both vendors: matrix is NVIDIA's tensor class.
     assert measure("class:matrix", _sass_analysis()) == 2 and measure("class:tensor", _sass_analysis()) == 2
     assert measure("vgpr_spills", _sass_analysis()) is None         # not reported: never read as 0
+
+
+# --- one record per cell, one table per backend --------------------------------------------------
+
+def test_a_cell_key_is_written_kernel_case_at_target_and_parsed_back():
+    from xisa.errors import UsageError
+    from xisa.names import CellKey
+
+    key = CellKey("attn", "decode-fp8", "gfx1201")
+    assert str(key) == "attn:decode-fp8@gfx1201" and CellKey.parse(str(key)) == key
+    for text, kind in (("attn:decode@gfx/../x", "target"), ("at tn:decode@gfx942", "kernel"), ("attn@gfx942", "case")):
+        with pytest.raises(UsageError) as info:
+            CellKey.parse(text)
+        assert info.value.field == kind and f"is not a {kind} name" in str(info.value)
+
+
+def test_cells_and_results_spell_their_id_through_the_cell_key(tmp_path, targets):
+    from xisa.compile.result import CellResult
+
+    cell = build_cells([load_spec(write(tmp_path, BASE))], select_targets(targets, ["gfx942"]))[0]
+    result = CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="ok")
+    assert cell.key == result.key and cell.id == result.id == str(cell.key) == f"k:{cell.case}@gfx942"
+
+
+def test_every_target_family_has_one_table_entry_that_the_reports_read():
+    from xisa.analyze.backends import BACKENDS, RESOURCE_ORDER, backend, backend_of_isa
+    from xisa.render.formats import CHECK_COLUMNS, COMPILE_COLUMNS
+
+    known = load_targets([REPO / "targets"])
+    assert {t.backend for t in known.values()} == {b.name for b in BACKENDS}
+    for entry in BACKENDS:
+        assert backend(entry.name) is backend_of_isa(entry.isa) is entry
+        assert set(entry.resources) <= set(RESOURCE_ORDER)
+        # each check column is a key `measure` can read on this ISA, each compile column one it reports
+        assert {key for _, key in CHECK_COLUMNS[entry.isa]} <= set(entry.expectable_resources) | set(entry.resource_aliases)
+        assert {key for _, key in COMPILE_COLUMNS[entry.isa] if isinstance(key, str)} <= set(entry.resources)
+        assert set(entry.stages) >= {entry.assembly, entry.binary}
+
+
+def test_expectations_are_parsed_once_when_the_spec_loads(tmp_path, targets):
+    from xisa.analyze.expect import Condition
+
+    text = BASE.replace("      'gfx11*': {'v_cvt*fp8*': 0}", "      'gfx11*': {'v_cvt*fp8*': '>=2'}")
+    assert text != BASE
+    cell = build_cells([load_spec(write(tmp_path, text))], select_targets(targets, ["gfx1100"]))[0]
+    [(pattern, [check])] = [(p, list(checks)) for p, checks in cell.expect]
+    assert (pattern, check.key, check.condition) == ("gfx11*", "v_cvt*fp8*", Condition(">=", 2))

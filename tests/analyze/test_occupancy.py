@@ -2,29 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
+from conftest import REPO
 from xisa.analyze.occupancy import amd_waves_per_simd
 from xisa.spec.targets import load_targets
 
-REPO = Path(__file__).resolve().parent.parent
 TARGETS = load_targets([REPO / "targets"])
-
-
-@pytest.fixture(scope="module")
-def corpus_cells(shared_cache):
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "XISA_CACHE_DIR": str(shared_cache)}
-    proc = subprocess.run([sys.executable, "-m", "xisa", "compile", "--arch", "gfx*", "--json"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return json.loads(proc.stdout)["cells"]
 
 
 def test_register_occupancy_equals_llvm_for_every_bundled_cell(corpus_cells):

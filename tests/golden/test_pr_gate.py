@@ -4,13 +4,12 @@ and the gate against main (`xisa diff --base` / `xisa check --base`), as issue 1
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import git
 from xisa.compile.toolchain import describe_toolchain
 
 KERNEL = '''import triton
@@ -61,14 +60,6 @@ golden = "golden"
 '''
 
 CELLS = ["scale:small@gfx1100", "scale:small@gfx942", "scale:small@sm_90"]
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "a",
-           "GIT_COMMITTER_EMAIL": "a@a"}
-    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def edit(path: Path, old: str, new: str) -> None:

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from conftest import gfx11_branch_change
 from xisa.analyze.model import Analysis
 from xisa.golden.store import Golden
-from xisa.render.report import accept_commands, error_block, render_check_text, render_compile_table, summary_line
+from xisa.render.formats import accept_commands, error_block, render_check_text, render_compile_table, summary_line
 from xisa.compile.result import CellResult
 from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, compute_delta
 
-from test_goldens import gfx11_branch_change
 
 
 def _analysis(isa: str = "amdgcn", stream: str = "bb0:\n  s_endpgm\n", **resources) -> Analysis:
@@ -120,9 +120,9 @@ def test_check_says_how_to_accept_and_the_command_accepts_exactly_that(run_xisa,
     ("gfx1100:scael", "scope 'gfx1100:scael': 'scael' matches no kernel (fix: did you mean 'scale'?)"),
     ("gfx11*:scale:bigg", "scope 'gfx11*:scale:bigg': 'bigg' matches no case of scale (fix: did you mean 'big'?)"),
 ])
-def test_a_scope_that_matches_nothing_is_refused(run_xisa, tinyproj, scope, message):
+def test_a_scope_that_matches_nothing_is_refused(run_xisa_in_process, tinyproj, scope, message):
     for command in (["check"], ["report", "--html", str(tinyproj / "r.html")]):
-        out = run_xisa(*command, "--scope", scope, cwd=tinyproj)
+        out = run_xisa_in_process(*command, "--scope", scope, cwd=tinyproj)
         assert out.code == 2 and out.err == f"xisa: error: --scope: {message}\n", out.err
     assert not (tinyproj / "golden").exists() and not (tinyproj / "r.html").exists()
 

@@ -36,8 +36,8 @@ def test_compile_table_counts_and_emit(run_xisa, tinyproj, tmp_path):
         assert (folder / f"dot.{stage}").stat().st_size > 0
 
 
-def test_unknown_arch_exits_2_naming_known_and_closest(run_xisa, tinyproj):
-    out = run_xisa("compile", "--arch", "gfx1101", cwd=tinyproj)
+def test_unknown_arch_exits_2_naming_known_and_closest(run_xisa_in_process, tinyproj):
+    out = run_xisa_in_process("compile", "--arch", "gfx1101", cwd=tinyproj)
     assert out.code == 2
     assert "unknown target 'gfx1101'" in out.err and "did you mean 'gfx1100'" in out.err
     assert "gfx942" in out.err and "Traceback" not in out.err

@@ -1,4 +1,5 @@
-"""Render results: rich tables for people, JSON for machines. Data is built once, rendered per format."""
+"""Every output format but HTML: rich tables for people, markdown for PR comments, JUnit XML, JSON for
+machines. Data is built once, rendered per format."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from xisa.analyze.backends import AMD, BACKENDS, NVIDIA, backend_of_isa
 from xisa.analyze.expect import Failure, measure
 from xisa.compile.result import CellResult
 from xisa.compile.toolchain import describe_toolchain
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
-
 
 
 def compile_payload(results: list[CellResult], failures: dict[str, list[Failure]], *, backends: set[str]) -> dict[str, Any]:
@@ -40,18 +41,18 @@ def _fmt_occupancy(res: dict[str, Any]) -> str:
 # Resource columns per ISA, with their units: AMD counts registers per wave and occupancy in waves
 # per SIMD; NVIDIA registers per thread, memory per thread, occupancy in warps per SM.
 COMPILE_COLUMNS: dict[str, tuple[tuple[str, Any], ...]] = {
-    "amdgcn": (("V/A/SGPR", lambda r: f"{r.get('vgprs')}/{r.get('agprs')}/{r.get('sgprs')}"),
+    AMD.isa: (("V/A/SGPR", lambda r: f"{r.get('vgprs')}/{r.get('agprs')}/{r.get('sgprs')}"),
                ("spills V/S", lambda r: f"{r.get('vgpr_spills')}/{r.get('sgpr_spills')}"),
                ("LDS B", "lds_bytes"), ("scratch B", "scratch_bytes"), ("waves/SIMD", _fmt_occupancy)),
-    "sass": (("regs/thread", "registers"), ("stack B", "stack_bytes"), ("local B", "local_bytes"),
+    NVIDIA.isa: (("regs/thread", "registers"), ("stack B", "stack_bytes"), ("local B", "local_bytes"),
              ("shared B", "lds_bytes"), ("warps/SM", _fmt_occupancy)),
 }
 # The check and diff tables: one register count, spills or private memory, LDS, occupancy (keys
 # as `measure` reads them: scratch_bytes on NVIDIA is stack + local bytes).
 CHECK_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "amdgcn": (("VGPR", "vgprs"), ("VGPR spills", "vgpr_spills"), ("LDS B", "lds_bytes"),
+    AMD.isa: (("VGPR", "vgprs"), ("VGPR spills", "vgpr_spills"), ("LDS B", "lds_bytes"),
                ("waves/SIMD", "occupancy")),
-    "sass": (("regs/thread", "registers"), ("stack+local B", "scratch_bytes"), ("shared B", "lds_bytes"),
+    NVIDIA.isa: (("regs/thread", "registers"), ("stack+local B", "scratch_bytes"), ("shared B", "lds_bytes"),
              ("warps/SM", "occupancy")),
 }
 TEXT_ERROR_LINES = 20     # a compile error's last lines in text output; --json has the whole text
@@ -61,8 +62,12 @@ def _show(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+# Whose columns a table of cells without any analysis (all errors) shows: they stay empty.
+_NO_ANALYSIS_ISA = BACKENDS[0].isa
+
+
 def _isa_of_results(results: list[CellResult]) -> str:
-    return next((r.analysis.isa for r in results if r.analysis is not None), "amdgcn")
+    return next((r.analysis.isa for r in results if r.analysis is not None), _NO_ANALYSIS_ISA)
 
 
 def _fitted_table(console: Console, columns: list[tuple[str, str]], rows: list[list[Any]], **kw) -> Table:
@@ -125,8 +130,9 @@ def render_compile_table(console: Console, results: list[CellResult], failures: 
             status = Text("failed", style="yellow") if fails else Text("ok", style="green")   # listed below
             rows.append([name, str(a.instructions), *[_show(measure(p, a)) for p in counts], *values,
                          a.sha256[:12], status])
-        vendor, unit = ("AMD", "waves per SIMD") if isa == "amdgcn" else ("NVIDIA", "warps per SM")
-        console.print(_fitted_table(console, columns, rows, title=f"{target} ({vendor}; occupancy in {unit})"))
+        handler = backend_of_isa(isa)
+        console.print(_fitted_table(console, columns, rows,
+                                    title=f"{target} ({handler.vendor}; occupancy in {handler.occupancy_unit})"))
         if top > 0:
             listing = [[f"{r.kernel}:{r.case}", top_instructions(r.analysis, top)] for r in members
                        if r.ok and r.analysis is not None]
@@ -194,14 +200,14 @@ def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_ar
         return []
     wanted: dict[str, set[str]] = {}
     selected: dict[str, set[str]] = {}
-    orphans: dict[str, str] = {}
+    orphans: dict[tuple[str, str], str] = {}   # (kernel:case, target) -> its golden file
     for v in report.verdicts:
         name = f"{v.kernel}:{v.case}"
         selected.setdefault(v.target, set()).add(name)
         if v.verdict in ACCEPTABLE:
             wanted.setdefault(v.target, set()).add(name)
             if v.verdict == "unused" and kernels is not None and v.kernel not in kernels:
-                orphans[f"{name}@{v.target}"] = v.golden_file
+                orphans[(name, v.target)] = v.golden_file
     groups: dict[frozenset[str], list[str]] = {}
     for target in sorted(wanted):
         groups.setdefault(frozenset(wanted[target]), []).append(target)
@@ -222,8 +228,8 @@ def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_ar
                         _selects_whole_kernel(kernel, kernel_filters) and all(
                         {c for c in selected[t] if c.partition(":")[0] == kernel} <= cases for t in targets):
                     names = {c for c in names if c.partition(":")[0] != kernel} | {kernel}
-            named = sorted(c for c in names if not all(f"{c}@{t}" in orphans for t in targets))
-            removals += [orphans[f"{c}@{t}"] for c in sorted(names) for t in targets if f"{c}@{t}" in orphans]
+            named = sorted(c for c in names if not all((c, t) in orphans for t in targets))
+            removals += [orphans[(c, t)] for c in sorted(names) for t in targets if (c, t) in orphans]
             if not named:
                 continue
             for name in named:
@@ -260,7 +266,7 @@ def _isa_of_verdicts(verdicts) -> str:
             return v.head.analysis.isa
         if v.base is not None and v.base.data.get("isa"):
             return v.base.data["isa"]
-    return "amdgcn"
+    return _NO_ANALYSIS_ISA
 
 
 def _row_values(v, counts: list[str], isa: str) -> list[str]:

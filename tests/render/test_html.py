@@ -12,15 +12,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import REPO, gfx11_branch_change, git
 from xisa.analyze.model import Analysis
 from xisa.golden.store import Golden
 from xisa.render.html import abstract_registers, render_html, stream_diff, write_html
 from xisa.compile.result import CellResult
 from xisa.golden.verdict import CHANGED, SAME, CellVerdict, CheckReport, compute_delta
 
-from test_goldens import _git, gfx11_branch_change
 
-REPO = Path(__file__).resolve().parent.parent
 SCREENSHOT = REPO / "test-output" / "report.png"
 
 
@@ -193,9 +192,9 @@ def test_the_page_stays_bounded_with_many_changed_cells(tmp_path):
 
 def test_report_against_a_git_revision(run_xisa, tinyproj, tmp_path):
     assert run_xisa("bless", cwd=tinyproj).code == 0
-    _git(tinyproj, "init", "-q")
-    _git(tinyproj, "add", "-A")
-    _git(tinyproj, "commit", "-qm", "base")
+    git(tinyproj, "init", "-q")
+    git(tinyproj, "add", "-A")
+    git(tinyproj, "commit", "-qm", "base")
     gfx11_branch_change(tinyproj)
     assert run_xisa("bless", "--arch", "gfx1100", cwd=tinyproj).code == 0
     page = tmp_path / "diff.html"

@@ -8,16 +8,16 @@ The real samples in tests/fixtures/asm/ are `xisa compile --emit` output of tiny
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import FIXTURES
 from xisa.analyze import amdgcn, sass
 from xisa.errors import ParseError
 
-ASM = Path(__file__).parent / "fixtures" / "asm"
+ASM = FIXTURES / "asm"
 AMDGCN_SAMPLES = [(ASM / "scale_gfx942.amdgcn").read_text(), (ASM / "dot_gfx1100.amdgcn").read_text()]
 SASS_SAMPLES = [(ASM / "scale_sm_90.sass").read_text()]
 RESOURCE_SAMPLE = ("Resource usage:\n Common:\n  GLOBAL:0\n Function scale_kernel:\n"
