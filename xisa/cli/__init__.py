@@ -16,6 +16,7 @@ import threading
 
 import typer
 
+from xisa.cli.capture import capture
 from xisa.cli.check import bless, check, diff, merge
 from xisa.cli.compile import compile_command
 from xisa.cli.device import device
@@ -32,7 +33,7 @@ cache_app = typer.Typer(help="The result cache private to xisa.", no_args_is_hel
 app.add_typer(cache_app, name="cache")
 for name, command in (("check", check), ("bless", bless), ("diff", diff), ("merge", merge),
                       ("compile", compile_command), ("device", device), ("doctor", doctor), ("targets", targets),
-                      ("kernels", kernels), ("report", report)):
+                      ("kernels", kernels), ("report", report), ("capture", capture)):
     app.command(name)(command)
 cache_app.command("clear")(cache_clear)
 

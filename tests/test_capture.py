@@ -1,0 +1,167 @@
+"""`xisa capture -- COMMAND`: a program's Triton launches, recorded under the interpreter, become spec cases that
+compile exactly like hand-written ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor, mask=mask)
+
+
+_timings = iter([2.0, 1.0])   # the second config "wins" the autotuner's benchmark
+
+
+def _bench(call, quantiles):
+    call()
+    t = next(_timings)
+    return [t, t, t]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 32}, num_warps=2), triton.Config({"BLOCK": 64}, num_warps=4)],
+                 key=["n"], do_bench=_bench)
+@triton.jit
+def tuned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+'''
+
+PROGRAM = '''
+import sys
+import torch
+import triton
+from tiny import scale_kernel, tuned_kernel
+
+x = torch.arange(256, dtype=torch.float32)
+out = torch.empty_like(x)
+scale_kernel[(2,)](x, out, 256, 2.0, BLOCK=128)
+y = torch.arange(512, dtype=torch.float32)
+scale_kernel[(4,)](y, torch.empty_like(y), 512, 3.0, BLOCK=128)   # the same specialization: n % 16 == 0, aligned
+scale_kernel[(2,)](x[1:], out, 255, 2.0, BLOCK=128, num_warps=8)   # 4-byte aligned, n not a multiple of 16
+assert torch.equal(out[:255], x[1:] * 2.0)
+tuned_kernel[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, out, 256)
+sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+'''
+
+# The same launches, written by hand (other values, the same specializations).
+HAND_SPEC = '''
+name: scale_hand
+source: tiny.py
+function: scale_kernel
+cases:
+  - name: aligned
+    args: {x_ptr: {tensor: fp32, shape: [4096]}, out_ptr: '*fp32', n: 4096, factor: 0.5}
+    constexprs: {BLOCK: 128}
+  - name: offset
+    args: {x_ptr: {tensor: fp32, shape: [4096], align: 4}, out_ptr: '*fp32', n: 1000, factor: 0.5}
+    constexprs: {BLOCK: 128}
+    options: {num_warps: 8}
+'''
+
+
+def _project(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "tiny.py").write_text(KERNEL)
+    (root / "run_tiny.py").write_text(PROGRAM)
+    (root / "hand.yaml").write_text(HAND_SPEC)
+    return root
+
+
+def _capture(run_xisa, root: Path, *extra: str, exit_with: int = 0):
+    return run_xisa("capture", *extra, "--", sys.executable, "run_tiny.py", str(exit_with), cwd=root,
+                    env={"TRITON_INTERPRET": "1"})
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory, shared_cache):
+    import subprocess   # run_xisa is function-scoped: the module's one capture calls the CLI the same way
+
+    root = _project(tmp_path_factory.mktemp("capture"))
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}
+    env.update({"TRITON_INTERPRET": "1", "XISA_CACHE_DIR": str(shared_cache)})
+    proc = subprocess.run([sys.executable, "-m", "xisa", "capture", "--", sys.executable, "run_tiny.py"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return root, proc
+
+
+def test_launches_deduplicated_by_specialization(captured):
+    root, proc = captured
+    spec = yaml.safe_load((root / "captured" / "scale_kernel.yaml").read_text())
+    assert spec["source"] == "../tiny.py" and spec["function"] == "scale_kernel"
+    cases = spec["cases"]
+    assert len(cases) == 2   # three launches, two specializations
+    first, second = cases
+    assert first["args"]["x_ptr"] == {"tensor": "fp32", "shape": [256]}
+    assert list(first["args"]) == ["x_ptr", "out_ptr", "n", "factor"]   # the kernel's parameter order
+    assert first["args"]["n"] == 256 and first["constexprs"] == {"BLOCK": 128}
+    assert second["args"]["x_ptr"] == {"tensor": "fp32", "shape": [255], "align": 4}
+    assert second["args"]["n"] == 255 and second["options"] == {"num_warps": 8}
+    assert "wrote captured/scale_kernel.yaml (2 cases)" in proc.stdout
+
+
+def test_autotuned_kernel_records_the_chosen_config_only(captured):
+    root, _ = captured
+    spec = yaml.safe_load((root / "captured" / "tuned_kernel.yaml").read_text())
+    assert [case["constexprs"] for case in spec["cases"]] == [{"BLOCK": 64}]   # not the benchmarked BLOCK 32
+    assert spec["cases"][0]["options"]["num_warps"] == 4
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "sm_90"])
+def test_captured_cases_compile_to_the_hand_written_fingerprints(captured, run_xisa, arch):
+    root, _ = captured
+    result = run_xisa("compile", "--spec", "captured/scale_kernel.yaml", "--spec", "hand.yaml", "--arch", arch,
+                      "--json", cwd=root)
+    assert result.code == 0, result.err
+    sha = {(c["kernel"], c["case"]): c["sha256"] for c in json.loads(result.out)["cells"]}
+    assert sha[("scale_kernel", "launch1")] == sha[("scale_hand", "aligned")]
+    assert sha[("scale_kernel", "launch2")] == sha[("scale_hand", "offset")]
+    assert sha[("scale_kernel", "launch1")] != sha[("scale_kernel", "launch2")]
+
+
+def test_an_existing_spec_is_never_replaced(captured, run_xisa):
+    root, _ = captured
+    before = (root / "captured" / "scale_kernel.yaml").read_text()
+    again = _capture(run_xisa, root)
+    assert again.code == 2
+    lines = again.err.strip().splitlines()
+    assert len(lines) == 1 and "captured/scale_kernel.yaml" in lines[0] and "--out" in lines[0]
+    assert (root / "captured" / "scale_kernel.yaml").read_text() == before
+
+
+def test_the_command_failing_is_its_exit_code_and_the_launches_are_kept(tmp_path, run_xisa):
+    root = _project(tmp_path / "proj")
+    result = _capture(run_xisa, root, "--out", "specs", exit_with=3)
+    assert result.code == 3
+    assert "the command exited with 3" in result.err
+    assert len(yaml.safe_load((root / "specs" / "scale_kernel.yaml").read_text())["cases"]) == 2
+
+
+def test_no_spec_is_written_through_a_link(tmp_path, run_xisa):
+    root = _project(tmp_path / "proj")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "specs").symlink_to(elsewhere)
+    result = _capture(run_xisa, root, "--out", "specs")
+    assert result.code == 2 and "is a link" in result.err
+    assert not list(elsewhere.iterdir())
+
+
+def test_a_command_without_launches_is_an_error(tmp_path, run_xisa):
+    result = run_xisa("capture", "--", sys.executable, "-c", "print('no kernels')", cwd=tmp_path)
+    assert result.code == 2 and "no Triton kernel launch" in result.err
