@@ -270,8 +270,11 @@ def test_a_case_value_the_config_would_replace_is_refused_naming_both(project, t
 
 
 def test_a_case_value_a_heuristic_would_replace_is_refused(project, targets):
-    text = _error(project, targets, "scale_rows", "  - {name: c, config: 0, constexprs: {EVEN: true}}\n")
-    assert "constexprs.EVEN is set by the kernel's @triton.heuristics too" in text
+    even = 4096 % 64 == 0   # n_cols % BLOCK of config 0, as the EVEN heuristic computes it
+    text = _error(project, targets, "scale_rows", f"  - {{name: c, config: 0, constexprs: {{EVEN: {str(not even).lower()}}}}}\n")
+    assert f"constexprs.EVEN is {not even} but the kernel's heuristic 'EVEN' computes {even}" in text
+    _, (cell,) = _cells(project, targets, "scale_rows", f"  - {{name: c, config: 0, constexprs: {{EVEN: {str(even).lower()}}}}}\n")
+    assert _bind(cell, project).signature_record()["constexprs"]["EVEN"] == even
 
 
 def test_a_heuristic_that_raises_names_the_heuristic_and_the_case(project, targets):

@@ -828,7 +828,8 @@ def _run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any],
                   params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str]:
     """What the kernel's wrappers do to a launch's keyword arguments, outermost first: an Autotuner adds its config's
     values (`Config.all_kwargs`) and runs its pre_hook; a Heuristics sets each of its keys from a dict of every
-    argument (`Heuristics.run`). Values the case gives that a wrapper would replace are refused, naming both.
+    argument (`Heuristics.run`). A value the case gives that a wrapper would replace with another is refused, naming
+    both (the same value is accepted: a captured case repeats them).
     Returns the kernel's kwargs, the launch options and the config's description ('' when none)."""
     from triton.compiler import make_backend
     from triton.runtime.autotuner import Autotuner
@@ -865,16 +866,16 @@ def _run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any],
                                     fix="make the pre_hook work on stand-in tensors (shape, dtype, stride())") from None
         else:
             for name, heuristic in wrapper.values.items():
-                if name in given:
-                    raise BindError(f"{given[name]} is set by the kernel's @triton.heuristics too, which a launch "
-                                    "applies over it", path=path, field=given[name],
-                                    fix=f"drop {name} from the case: the heuristic computes it")
                 try:
                     value = heuristic(dict(launch))
                 except Exception as exc:
                     raise BindError(f"heuristic {name!r} raised {type(exc).__name__}: {exc}".splitlines()[0],
                                     path=path, field=where, fix="give the case the arguments the heuristic reads") \
                         from None
+                if name in given and not _same_value(launch[name], value):
+                    raise BindError(f"{given[name]} is {_plain(launch[name])!r} but the kernel's heuristic {name!r} "
+                                    f"computes {_plain(value)!r}, which a launch applies over it", path=path,
+                                    field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
                 if name in params or name in option_fields:
                     launch[name] = value
     kernel_kwargs = {name: value for name, value in launch.items() if name in params}
