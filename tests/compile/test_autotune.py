@@ -3,12 +3,14 @@ by values, or `all`) and the heuristics are applied to the stand-ins as a launch
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from triton.compiler import make_backend
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
@@ -99,7 +101,9 @@ def _launch_binding(tuner, fn, config_index, target, real_args, monkeypatch):
     names = [p.name for p in fn.params]
     kwargs = dict(zip(names, seen["args"]))
     kwargs.update({k: v for k, v in seen["kwargs"].items() if k in names})
-    options = {k: v for k, v in seen["kwargs"].items() if k not in names and k not in ("grid", "warmup")}
+    # JITFunction.run hands the rest to backend.parse_options, which keeps the fields its options have
+    fields = {f.name for f in dataclasses.fields(make_backend(target.gpu_target()).parse_options({}))}
+    options = {k: v for k, v in seen["kwargs"].items() if k not in names and k in fields}
     return bind_values(fn, target.gpu_target(), kwargs, options)
 
 
@@ -296,3 +300,64 @@ def test_an_override_picks_another_config_per_target(project, targets):
     cells = {c.target.name: c for c in build_cells([spec], select_targets(targets, ["gfx942", "sm_90"]))}
     assert (cells["gfx942"].config, cells["sm_90"].config) == (0, 2)
     assert _bind(cells["gfx942"], project).config.startswith("config 0 ")
+
+
+EXTRA = """
+def _zero_output(nargs):
+    nargs["y_ptr"].zero_()            # data, not code: runs on the stand-in
+
+def _needs_more(nargs):
+    nargs["x_ptr"].fill_(0.0)         # what a stand-in cannot answer
+
+with_hooks = triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2, pre_hook=_zero_output),
+                                      triton.Config({"BLOCK": 64}, num_warps=4, pre_hook=_needs_more)],
+                             key=[])(triton.heuristics(HEURISTICS)(_scale_rows))
+with_maxnreg = triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2, maxnreg=128)],
+                               key=[])(triton.heuristics(HEURISTICS)(_scale_rows))
+twice = triton.autotune(configs=CONFIGS, key=[])(scale_rows)
+"""
+
+
+@pytest.fixture
+def extra(project) -> Path:
+    source = project / "kernels" / "rows.py"
+    source.write_text(source.read_text() + EXTRA)
+    return project
+
+
+def test_a_config_pre_hook_runs_on_the_standins(extra, targets):
+    _, (cell,) = _cells(extra, targets, "with_hooks", "  - {name: c, config: 0}\n")
+    assert _bind(cell, extra).config.startswith("config 0 ")
+    text = _error(extra, targets, "with_hooks", "  - {name: c, config: 1}\n")
+    assert "config 1 {BLOCK: 64, num_warps: 4" in text and "pre_hook raised AttributeError" in text and "fill_" in text
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "sm_90"])
+def test_maxnreg_is_an_option_where_the_backend_has_it_as_at_a_launch(extra, targets, monkeypatch, arch):
+    spec, (cell,) = _cells(extra, targets, "with_maxnreg", "  - {name: c, config: {maxnreg: 128}}\n", arch)
+    ours = _bind(cell, extra)
+    x = torch.empty((64, 4096), dtype=torch.float16)
+    theirs = _launch_binding(load_kernel_object(spec, roots=[extra]), load_kernel_function(spec, roots=[extra]), 0,
+                             cell.target, (x, torch.empty_like(x), 4096, 4096, 0.5), monkeypatch)
+    assert ours.options_record() == theirs.options_record()
+    assert ours.options_record().get("maxnreg") == (128 if cell.target.backend == "cuda" else None)
+
+
+def test_two_autotuners_stacked_are_refused(extra, targets):
+    text = _error(extra, targets, "twice", "  - {name: c, config: 0}\n")
+    assert "'twice' stacks 2 @triton.autotune decorators" in text
+
+
+def test_config_in_defaults_and_matrix_patches(project, targets):
+    file = project / "kernels" / "k.yaml"
+    file.write_text(f"name: k\nsource: rows.py\nfunction: scale_rows\n{ARGS}  config: all\ncases:\n  - {{name: c}}\n"
+                    "  - {name: m, matrix: {pick: {first: {config: 0}, by_block: {config: {BLOCK: 256}}}}}\n")
+    spec = load_spec(file, display="kernels/k.yaml",
+                     count_configs=lambda spec, field: count_configs(spec, field, roots=[project]))
+    count = len(_module(spec, project)["CONFIGS"])
+    assert [case.name for case in spec.cases] == [f"c-config{i}" for i in range(count)] + ["m-first", "m-by_block"]
+    cells = {c.case: c for c in build_cells([spec], select_targets(targets, ["sm_90"]))}
+    assert [cells[f"c-config{i}"].config for i in range(count)] == list(range(count))
+    assert (cells["m-first"].config, cells["m-by_block"].config) == (0, {"BLOCK": 256})
+    with pytest.raises(SpecError, match=r"cases\[0\] \(c\).config: `config: all` needs the kernel's config list"):
+        load_spec(file, display="kernels/k.yaml")
