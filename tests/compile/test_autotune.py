@@ -263,9 +263,9 @@ def test_config_on_a_plain_or_heuristics_only_function_is_refused(project, targe
 
 def test_a_case_value_the_config_would_replace_is_refused_naming_both(project, targets):
     text = _error(project, targets, "scale_rows", "  - {name: c, config: 1, constexprs: {BLOCK: 64}}\n")
-    assert "cases[0] (c).constexprs.BLOCK: cases[0] (c).constexprs.BLOCK is 64 but config 1 {BLOCK: 256" in text
+    assert "cases[0] (c).constexprs.BLOCK: the case sets BLOCK to 64 but config 1 {BLOCK: 256" in text
     text = _error(project, targets, "scale_rows", "  - {name: c, config: 0, options: {num_warps: 8}}\n")
-    assert "options.num_warps is 8 but config 0 {" in text
+    assert "options.num_warps: the case sets num_warps to 8 but config 0 {" in text
     # the same value is no conflict (a captured case may repeat it)
     _, (cell,) = _cells(project, targets, "scale_rows", "  - {name: c, config: 0, constexprs: {BLOCK: 64}, "
                                                         "options: {num_warps: 2}}\n")
@@ -276,7 +276,7 @@ def test_a_case_value_the_config_would_replace_is_refused_naming_both(project, t
 def test_a_case_value_a_heuristic_would_replace_is_refused(project, targets):
     even = 4096 % 64 == 0   # n_cols % BLOCK of config 0, as the EVEN heuristic computes it
     text = _error(project, targets, "scale_rows", f"  - {{name: c, config: 0, constexprs: {{EVEN: {str(not even).lower()}}}}}\n")
-    assert f"constexprs.EVEN is {not even} but the kernel's heuristic 'EVEN' computes {even}" in text
+    assert f"constexprs.EVEN: the case sets EVEN to {not even} but the kernel's heuristic 'EVEN' computes {even}" in text
     _, (cell,) = _cells(project, targets, "scale_rows", f"  - {{name: c, config: 0, constexprs: {{EVEN: {str(even).lower()}}}}}\n")
     assert _bind(cell, project).signature_record()["constexprs"]["EVEN"] == even
 

@@ -242,7 +242,7 @@ def describe_config(index: int, config) -> str:
 
 
 def _same_value(given: Any, value: Any) -> bool:
-    """A spec value equals a launch value: bool is not int, and {dtype: NAME} is the dtype."""
+    """A spec value (a {dtype: NAME} already made the dtype) equals a launch value; a bool never equals an int."""
     if isinstance(given, bool) or isinstance(value, bool):
         return isinstance(given, bool) and isinstance(value, bool) and given == value
     return given == value
@@ -852,14 +852,14 @@ def _run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any],
             config_name = describe_config(index, config)
             for name, value in config.all_kwargs().items():
                 if name in given and not _same_value(launch[name], value):
-                    raise BindError(f"{given[name]} is {_plain(launch[name])!r} but {config_name} sets {name} to "
+                    raise BindError(f"the case sets {name} to {_plain(launch[name])!r} but {config_name} sets it to "
                                     f"{_plain(value)!r}", path=path, field=given[name],
                                     fix="drop it from the case (the config sets it), or pick another config")
                 if name in params or name in option_fields:   # the rest go to options the backend ignores (maxnreg on AMD)
                     launch[name] = value
             if config.pre_hook is not None:
                 try:
-                    config.pre_hook(dict(launch))
+                    config.pre_hook({**launch, **config.all_kwargs()})   # Autotuner.run's full_nargs
                 except Exception as exc:
                     raise BindError(f"{config_name}'s pre_hook raised {type(exc).__name__}: {exc}".splitlines()[0],
                                     path=path, field=f"{where}.config",
@@ -873,8 +873,8 @@ def _run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any],
                                     path=path, field=where, fix="give the case the arguments the heuristic reads") \
                         from None
                 if name in given and not _same_value(launch[name], value):
-                    raise BindError(f"{given[name]} is {_plain(launch[name])!r} but the kernel's heuristic {name!r} "
-                                    f"computes {_plain(value)!r}, which a launch applies over it", path=path,
+                    raise BindError(f"the case sets {name} to {_plain(launch[name])!r} but the kernel's heuristic "
+                                    f"{name!r} computes {_plain(value)!r}, which a launch applies over it", path=path,
                                     field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
                 if name in params or name in option_fields:
                     launch[name] = value
