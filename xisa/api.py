@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ContextManager
 
 from xisa.analyze.expect import Failure, check_against_targets, evaluate
+from xisa.compile.bind import count_configs
 from xisa.compile.result import CellResult
 from xisa.compile.runner import RunOptions, run_cells
 from xisa.compile.toolchain import describe_toolchain
@@ -75,7 +76,9 @@ def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None
     if not files:
         raise SpecError("no kernel specs found", path=", ".join(project.display(p) for p in project.spec_paths),
                         fix="add kernels/<name>.yaml or pass --spec PATH")
-    specs = load_specs(files, root=project.root)
+    roots = list(project.kernel_roots)
+    specs = load_specs(files, root=project.root,
+                       count_configs=lambda spec, field: count_configs(spec, field, roots=roots))
     return Workspace(project=project, targets=targets, specs=specs)
 
 

@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import math
 import os
 import sys
 import types
@@ -81,6 +82,20 @@ class StandInTensor:
     def ptr_range(self) -> int:
         return self._nbytes
 
+    # What @triton.heuristics and autotune pre_hooks commonly read of a tensor (a contiguous one's answers).
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def stride(self, dim: int | None = None):
+        strides = tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))
+        return strides if dim is None else strides[dim]
+
+    def zero_(self) -> "StandInTensor":   # a pre_hook zeroing an output: data, not code
+        return self
+
     def __repr__(self) -> str:
         return f"StandInTensor({self.dtype}, shape={list(self.shape)}, align={self._align}, nbytes={self._nbytes})"
 
@@ -139,14 +154,13 @@ def constexpr_value(value: Any, *, path: str, field: str) -> Any:
                     field=field, fix="use an int, float, bool, string or {dtype: NAME}")
 
 
-def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
-    """Import the spec's module (only from the configured roots) and return its JITFunction.
+def load_kernel_object(spec: KernelSpec, *, roots: list[Path]):
+    """Import the spec's module (only from the configured roots) and return what `function:` names: a JITFunction,
+    or an @triton.autotune / @triton.heuristics object around one (`unwrap_kernel` takes it apart).
 
     The module is loaded once per process in a namespace of its own (`_load_isolated`), and the
     project files the load imported are recorded for the result cache (`kernel_dependencies`).
     """
-    from triton.runtime.jit import JITFunction
-
     loaded = _LOADED.get(_load_key(spec))
     if loaded is None:
         loaded = _load_isolated(spec, roots)
@@ -154,14 +168,115 @@ def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
     module = loaded.module
     fn = getattr(module, spec.function, None)
     if fn is None:
-        names = [n for n in dir(module) if isinstance(getattr(module, n), JITFunction)]
+        names = [n for n in dir(module) if _is_kernel_object(getattr(module, n))]
         near = difflib.get_close_matches(spec.function, names, n=1)
         fix = f"did you mean {near[0]!r}?" if near else f"kernels in the module: {', '.join(names) or 'none'}"
         raise SpecError(f"no function {spec.function!r} in the module", path=spec.spec_path, field="function", fix=fix)
-    if not isinstance(fn, JITFunction):
-        raise SpecError(f"{spec.function!r} is a {type(fn).__name__}, not a @triton.jit kernel", path=spec.spec_path,
-                        field="function", fix="decorate it with @triton.jit (autotuned kernels: name the inner jit fn)")
+    unwrap_kernel(fn, spec)   # refuse anything else now
     return fn
+
+
+def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
+    """The @triton.jit function the spec names, itself or inside its autotune/heuristics wrappers."""
+    return unwrap_kernel(load_kernel_object(spec, roots=roots), spec)[0]
+
+
+def _is_kernel_object(value: Any) -> bool:
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(value, (JITFunction, Autotuner, Heuristics))
+
+
+def unwrap_kernel(fn, spec: KernelSpec) -> tuple[Any, tuple[Any, ...]]:
+    """A kernel object -> its JITFunction and the Autotuner/Heuristics wrappers around it, outermost first (the
+    order a launch runs them in)."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    wrappers = []
+    inner = fn
+    while isinstance(inner, (Autotuner, Heuristics)) and len(wrappers) < 16:
+        wrappers.append(inner)
+        inner = inner.fn
+    if not isinstance(inner, JITFunction):
+        what = type(inner).__name__ if inner is fn else f"{type(fn).__name__} around a {type(inner).__name__}"
+        raise SpecError(f"{spec.function!r} is a {what}, not a @triton.jit kernel", path=spec.spec_path,
+                        field="function", fix="name a @triton.jit function, or an @triton.autotune or "
+                                              "@triton.heuristics object decorating one")
+    return inner, tuple(wrappers)
+
+
+def _autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
+    from triton.runtime.autotuner import Autotuner
+
+    tuners = [w for w in wrappers if isinstance(w, Autotuner)]
+    if len(tuners) > 1:
+        raise SpecError(f"{spec.function!r} stacks {len(tuners)} @triton.autotune decorators; xisa picks a config of "
+                        "one", path=spec.spec_path, field=field, fix="autotune the kernel once")
+    return tuners[0] if tuners else None
+
+
+def count_configs(spec: KernelSpec, field: str, *, roots: list[Path]) -> int:
+    """How many configs the autotuner `spec` names has, for `config: all` (this imports the kernel module)."""
+    tuner = _autotuner_of(unwrap_kernel(load_kernel_object(spec, roots=roots), spec)[1], spec, field)
+    if tuner is None:
+        raise _not_autotuned(spec, field)
+    return len(tuner.configs)
+
+
+def _not_autotuned(spec: KernelSpec, field: str) -> SpecError:
+    return SpecError(f"{spec.function!r} is not an @triton.autotune object, so `config` has nothing to pick",
+                     path=spec.spec_path, field=field,
+                     fix="drop `config`, or name the @triton.autotune object in `function:`")
+
+
+def _plain_config(config) -> dict[str, Any]:
+    """A Triton Config as the values a launch passes (Config.all_kwargs: its kwargs, then the options it sets)."""
+    return {name: _plain(value) for name, value in config.all_kwargs().items()}
+
+
+def describe_config(index: int, config) -> str:
+    values = ", ".join(f"{name}: {value}" for name, value in _plain_config(config).items())
+    return f"config {index} {{{values}}}"
+
+
+def _same_value(given: Any, value: Any) -> bool:
+    """A spec value (a {dtype: NAME} already made the dtype) equals a launch value; a bool never equals an int."""
+    if isinstance(given, bool) or isinstance(value, bool):
+        return isinstance(given, bool) and isinstance(value, bool) and given == value
+    return given == value
+
+
+def select_config(tuner, chosen: Any, spec: KernelSpec, field: str) -> tuple[int, Any]:
+    """The autotuner config a case's `config:` picks: an index, or a mapping matching exactly one config's values
+    on the keys it gives."""
+    configs = list(tuner.configs)
+    listing = "; ".join(describe_config(i, c) for i, c in enumerate(configs))
+    if chosen is None:
+        raise SpecError(f"{spec.function!r} is autotuned ({len(configs)} configs) and the case picks none",
+                        path=spec.spec_path, field=field, fix="config: 0 (an index), a mapping of a config's values "
+                        f"such as {{{', '.join(f'{k}: {v}' for k, v in _plain_config(configs[0]).items())}}}, or all "
+                        "(one case per config)")
+    if isinstance(chosen, int) and not isinstance(chosen, bool):
+        if chosen >= len(configs):
+            raise SpecError(f"config {chosen} is out of range: the autotuner has {len(configs)} configs",
+                            path=spec.spec_path, field=field, fix=f"an index 0..{len(configs) - 1}: {listing}")
+        return chosen, configs[chosen]
+    if not isinstance(chosen, dict):
+        raise BindError(f"config {chosen!r} was not expanded", path=spec.spec_path, field=field)
+    wanted = {name: constexpr_value(value, path=spec.spec_path, field=f"{field}.{name}")
+              for name, value in chosen.items()}
+    missing = object()
+    matches = [i for i, config in enumerate(configs)
+               if all(_same_value(value, config.all_kwargs().get(name, missing if value is not None else None))
+                      for name, value in wanted.items())]
+    if len(matches) != 1:
+        how = "matches none" if not matches else f"matches {len(matches)} ({', '.join(map(str, matches))})"
+        raise SpecError(f"config {{{', '.join(f'{k}: {v}' for k, v in chosen.items())}}} {how} of the autotuner's "
+                        f"{len(configs)} configs", path=spec.spec_path, field=field,
+                        fix=f"give values that match exactly one, or an index: {listing}")
+    return matches[0], configs[matches[0]]
 
 
 def kernel_dependencies(spec: KernelSpec) -> dict[str, str | None] | None:
@@ -620,6 +735,7 @@ class BoundCell:
     attrs: dict[tuple, list]         # Triton's path-keyed attrs
     options: Any                     # the backend's options dataclass
     target: Any                      # GPUTarget
+    config: str = ""                 # the autotuner config applied, described ('' when none)
 
     def signature_record(self) -> dict[str, Any]:
         names = list(self.signature)
@@ -654,10 +770,13 @@ def _plain(value: Any) -> Any:
 
 
 def bind_cell(cell: Cell, fn) -> BoundCell:
-    """Run Triton's runtime binder on the cell's stand-ins, exactly as `JITFunction.run` does."""
+    """Run Triton's runtime binder on the cell's stand-ins, exactly as `JITFunction.run` does: after the kernel's
+    @triton.autotune config (the one the case picks) and @triton.heuristics have set their values, as at a launch.
+    `fn` is the JITFunction or the object the spec names around it."""
     spec = cell.kernel
     path = spec.spec_path
     where = cell.field_path or "case"
+    fn, wrappers = unwrap_kernel(_named_object(spec, fn), spec)
     params = {p.name: p for p in fn.params}
     kwargs: dict[str, Any] = {}
     for name, value in cell.args.items():
@@ -676,13 +795,92 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
             raise BindError(f"{name!r} is a runtime parameter, not a tl.constexpr", path=path,
                             field=f"{where}.constexprs.{name}", fix="move it under `args`")
         kwargs[name] = constexpr_value(value, path=path, field=f"{where}.constexprs.{name}")
+    options = dict(cell.options)
+    config_name = ""
+    if wrappers or cell.config is not None:
+        kwargs, options, config_name = _run_wrappers(cell, wrappers, kwargs, options, params)
     missing = [n for n, p in params.items() if n not in kwargs and not p.has_default]
     if missing:
         section = "constexprs" if params[missing[0]].is_constexpr else "args"
         raise BindError(f"parameter {missing[0]!r} has no value for target {cell.target.name}", path=path,
                         field=f"{where}.{section}", fix=f"add {section}: {{{missing[0]}: ...}}")
-    return bind_values(fn, cell.target.gpu_target(), kwargs, cell.options, path=path, where=where,
-                       target_name=cell.target.name)
+    try:
+        bound = bind_values(fn, cell.target.gpu_target(), kwargs, options, path=path, where=where,
+                            target_name=cell.target.name)
+    except BindError as exc:
+        if not config_name:
+            raise
+        raise BindError(f"{config_name}: {exc.detail}", path=path, field=exc.field, fix=exc.fix) from None
+    bound.config = config_name
+    return bound
+
+
+def _named_object(spec: KernelSpec, fn):
+    """The object `function:` names when `fn` is the JITFunction inside it (callers holding the plain function)."""
+    loaded = _LOADED.get(_load_key(spec))
+    named = getattr(loaded.module, spec.function, None) if loaded is not None else None
+    if named is not None and named is not fn and _is_kernel_object(named) and unwrap_kernel(named, spec)[0] is fn:
+        return named
+    return fn
+
+
+def _run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],
+                  params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """What the kernel's wrappers do to a launch's keyword arguments, outermost first: an Autotuner adds its config's
+    values (`Config.all_kwargs`) and runs its pre_hook; a Heuristics sets each of its keys from a dict of every
+    argument (`Heuristics.run`). A value the case gives that a wrapper would replace with another is refused, naming
+    both (the same value is accepted: a captured case repeats them).
+    Returns the kernel's kwargs, the launch options and the config's description ('' when none)."""
+    from triton.compiler import make_backend
+    from triton.runtime.autotuner import Autotuner
+
+    spec = cell.kernel
+    path = spec.spec_path
+    where = cell.field_path or "case"
+    option_fields = _option_fields(make_backend(cell.target.gpu_target()), cell.target)
+    launch = {**kwargs, **options}   # a launch's kwargs: parameters and options alike
+    given = {name: f"{where}.constexprs.{name}" for name in cell.constexprs}   # the case's own values
+    given.update({name: f"{where}.args.{name}" for name in cell.args})
+    given.update({name: f"{where}.options.{name}" for name in cell.options})
+    config_name = ""
+    tuner = _autotuner_of(wrappers, spec, f"{where}.config")
+    if tuner is None and cell.config is not None:
+        raise _not_autotuned(spec, f"{where}.config")
+    for wrapper in wrappers:
+        if isinstance(wrapper, Autotuner):
+            index, config = select_config(wrapper, cell.config, spec, f"{where}.config")
+            config_name = describe_config(index, config)
+            for name, value in config.all_kwargs().items():
+                if name in given and not _same_value(launch[name], value):
+                    raise BindError(f"the case sets {name} to {_plain(launch[name])!r} but {config_name} sets it to "
+                                    f"{_plain(value)!r}", path=path, field=given[name],
+                                    fix="drop it from the case (the config sets it), or pick another config")
+                if name in params or name in option_fields:   # the rest go to options the backend ignores (maxnreg on AMD)
+                    launch[name] = value
+            if config.pre_hook is not None:
+                try:
+                    config.pre_hook({**launch, **config.all_kwargs()})   # Autotuner.run's full_nargs
+                except Exception as exc:
+                    raise BindError(f"{config_name}'s pre_hook raised {type(exc).__name__}: {exc}".splitlines()[0],
+                                    path=path, field=f"{where}.config",
+                                    fix="make the pre_hook work on stand-in tensors (shape, dtype, stride())") from None
+        else:
+            for name, heuristic in wrapper.values.items():
+                try:
+                    value = heuristic(dict(launch))
+                except Exception as exc:
+                    raise BindError(f"heuristic {name!r} raised {type(exc).__name__}: {exc}".splitlines()[0],
+                                    path=path, field=where, fix="give the case the arguments the heuristic reads") \
+                        from None
+                if name in given and not _same_value(launch[name], value):
+                    raise BindError(f"the case sets {name} to {_plain(launch[name])!r} but the kernel's heuristic "
+                                    f"{name!r} computes {_plain(value)!r}, which a launch applies over it", path=path,
+                                    field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
+                if name in params or name in option_fields:
+                    launch[name] = value
+    kernel_kwargs = {name: value for name, value in launch.items() if name in params}
+    launch_options = {name: value for name, value in launch.items() if name not in params}
+    return kernel_kwargs, launch_options, config_name
 
 
 def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, Any], *, path: str = "",

@@ -103,7 +103,7 @@ def cell_key(cell: Cell, roots: tuple[Path, ...]) -> str:
         "format": CACHE_FORMAT, "xisa": xisa_identity(), "toolchain": toolchain_identity(),
         "pinned": PINNED_ENV, "environment": unclassified_environment(), "target": cell.target.summary(),
         "kernel": spec.name, "function": spec.function, "case": cell.case, "args": cell.args,
-        "constexprs": cell.constexprs, "options": cell.options, "spec": str(spec.spec_file),
+        "constexprs": cell.constexprs, "options": cell.options, "config": cell.config, "spec": str(spec.spec_file),
         "source": str(spec.source_file) if spec.source_file else None, "module": spec.module,
         "roots": [str(r) for r in roots], "sys_path": list(sys.path),
     }

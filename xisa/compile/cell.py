@@ -18,6 +18,7 @@ def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False) ->
     """Never raises for a cell-level problem: the error is the cell's result, so other cells go on."""
     started = time.perf_counter()
     result = CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="error")
+    bound = None
     try:
         fn = load_kernel_function(cell.kernel, roots=roots)
         with compiling(cell.kernel):   # what the compile reads is a dependency as well
@@ -34,6 +35,8 @@ def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False) ->
         result.error_kind = type(exc).__name__.replace("Error", "").lower()
     except Exception as exc:  # Triton's own failures: the message is what the user needs
         result.error = _triton_message(exc)
+        if bound is not None and bound.config:   # which of the autotuner's configs failed on this target
+            result.error = f"{bound.config}: {result.error}"
         result.error_kind = "compile"
     result.seconds = time.perf_counter() - started
     return result

@@ -6,12 +6,13 @@ Pure data: nothing here imports Triton. Binding the arguments to the kernel happ
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from xisa.analyze.expect import Expectations, check_for_target as check_expectations_for_target, parse_expectations
 from xisa.errors import SpecError
@@ -20,9 +21,16 @@ from xisa.spec.targets import Target
 from xisa.yamlio import load_yaml
 
 _FILE_KEYS = {"name", "source", "module", "function", "targets", "defaults", "cases", "description"}
-_CASE_KEYS = {"name", "args", "constexprs", "options", "targets", "overrides", "matrix", "expect", "description", "runtime"}
-_LAYER_KEYS = {"args", "constexprs", "options", "targets", "expect", "runtime"}
-_DEFAULT_KEYS = {"args", "constexprs", "options", "expect", "overrides", "runtime"}
+_CASE_KEYS = {"name", "args", "constexprs", "options", "targets", "overrides", "matrix", "expect", "description", "runtime",
+              "config"}
+_LAYER_KEYS = {"args", "constexprs", "options", "targets", "expect", "runtime", "config"}
+_DEFAULT_KEYS = {"args", "constexprs", "options", "expect", "overrides", "runtime", "config"}
+# `config: all` expands a case into one case per autotuner config, named `<case>-config<i>`.
+CONFIG_ALL = "all"
+CONFIG_FIX = "config: 0 (an index into the autotuner's configs), a mapping such as {BLOCK_M: 64, num_warps: 4}, or all"
+# Given a spec (its cases not yet read) and the field asking, how many configs its autotuner has; reading the
+# list imports the kernel module, so the caller supplies it (the compile layer's `count_configs`).
+ConfigCounter = Callable[["KernelSpec", str], int]
 # A matrix multiplies: 18 axes of two values are 262144 cases, minutes of silence before anything
 # compiles. The bundled specs have at most a few dozen cases each.
 MAX_CASES_PER_SPEC = 4096
@@ -62,6 +70,7 @@ class Cell:
     expect: Expectations           # parsed and checked when the spec loaded
     field_path: str = field(default="")
     runtime: str | None = None     # a function of the kernel module that launches and checks this case
+    config: int | dict | None = None   # the autotuner config the case picks: an index or a mapping of its values
 
     @property
     def key(self) -> CellKey:
@@ -122,10 +131,25 @@ def _check_layer(layer: dict, path: str, fieldname: str, allowed: set[str] = _LA
                                                                and layer["runtime"].isidentifier())):
         raise _err("must name a function of the kernel module", path, f"{fieldname}.runtime",
                    "runtime: check_my_kernel")
+    if "config" in layer:
+        _check_config(layer["config"], path, f"{fieldname}.config")
     return layer
 
 
-def load_spec(spec_file: Path, *, display: str | None = None) -> KernelSpec:
+def _check_config(value: Any, path: str, fieldname: str) -> None:
+    if value == CONFIG_ALL or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return
+    if isinstance(value, dict) and value:
+        for key, item in _mapping(value, path, fieldname).items():
+            plain = item is None or isinstance(item, (bool, int, float, str))
+            if not plain and not (isinstance(item, dict) and set(item) == {"dtype"}):
+                raise _err(f"config value {item!r} is not an int, float, bool, string or {{dtype: NAME}}", path,
+                           f"{fieldname}.{key}", CONFIG_FIX)
+        return
+    raise _err(f"config {value!r} is not an index, a mapping or `all`", path, fieldname, CONFIG_FIX)
+
+def load_spec(spec_file: Path, *, display: str | None = None, count_configs: ConfigCounter | None = None) -> KernelSpec:
+    """Read one spec; `count_configs` says how many configs the kernel's autotuner has (for `config: all`)."""
     shown = display or str(spec_file)
     data = load_yaml(spec_file, error=SpecError, display=shown)
     data = _mapping(data, shown, "<top>")
@@ -150,6 +174,9 @@ def load_spec(spec_file: Path, *, display: str | None = None) -> KernelSpec:
     file_targets = _patterns(data["targets"], shown, "targets") if "targets" in data else ("*",)
     defaults = _check_layer(data.get("defaults"), shown, "defaults", _DEFAULT_KEYS)
     default_overrides = _overrides(defaults.pop("overrides", None), shown, "defaults.overrides") if defaults else ()
+    unread = KernelSpec(name=kernel_name, spec_path=shown, spec_file=spec_file.resolve(), source_file=source_file,
+                        module=module, function=function, cases=())
+    config_count: list[int] = []   # read once, when a case first asks for `config: all`
     cases_raw = data.get("cases")
     if not isinstance(cases_raw, list) or not cases_raw:
         raise _err("must be a non-empty list of cases", shown, "cases")
@@ -165,13 +192,14 @@ def load_spec(spec_file: Path, *, display: str | None = None) -> KernelSpec:
         overrides = default_overrides + _overrides(raw.get("overrides"), shown, f"{fieldname}.overrides")
         expansion = _expand_matrix(raw.get("matrix"), shown, f"{fieldname}.matrix",
                                    budget=MAX_CASES_PER_SPEC - len(cases))
-        for suffix, patches in expansion:
+        for suffix, layers in _expand_configs(
+                expansion, (defaults, layer), overrides, unread, shown, fieldname, count_configs, config_count,
+                budget=MAX_CASES_PER_SPEC - len(cases)):
             name = base + suffix
             check_name("case", name, CASE_NAME, path=shown, field=f"{fieldname}.matrix")
             if name in seen:
                 raise _err(f"case name {name!r} is used twice", shown, fieldname, "give each case a unique name")
             seen.add(name)
-            layers = (defaults, layer, *patches)
             targets = file_targets
             for piece in layers:
                 if "targets" in piece:
@@ -179,14 +207,48 @@ def load_spec(spec_file: Path, *, display: str | None = None) -> KernelSpec:
             cases.append(CaseSpec(kernel=kernel_name, name=name, field_path=fieldname,
                                   layers=tuple(copy.deepcopy(list(layers))), overrides=overrides,
                                   target_patterns=targets))
-    return KernelSpec(name=kernel_name, spec_path=shown, spec_file=spec_file.resolve(), source_file=source_file,
-                      module=module, function=function, cases=tuple(cases))
+    return dataclasses.replace(unread, cases=tuple(cases))
+
+
+def _expand_configs(expansion: list[tuple[str, tuple[dict, ...]]], base: tuple[dict, dict],
+                    overrides: tuple[tuple[str, dict], ...], spec: KernelSpec, path: str, fieldname: str,
+                    count_configs: ConfigCounter | None, config_count: list[int], *, budget: int):
+    """Each matrix combination whose merged `config` is `all` becomes one case per config, `-config<i>` appended to
+    its name and `{config: i}` to its layers; the others pass through. Returns (name suffix, layers) pairs."""
+    expanded = []
+    for suffix, patches in expansion:
+        layers = (*base, *patches)
+        config = None
+        for piece in layers:
+            config = piece.get("config", config)
+        if config != CONFIG_ALL:
+            expanded.append((suffix, layers))
+            continue
+        for pattern, override in overrides:
+            if "config" in override:
+                raise _err("`config: all` names one case per config, so an override cannot pick a config too", path,
+                           f"{fieldname}.overrides.{pattern}.config",
+                           "drop the override's config, or pick the config per case instead of `all`")
+        if not config_count:
+            if count_configs is None:
+                raise _err("`config: all` needs the kernel's config list, which this reader does not load", path,
+                           f"{fieldname}.config", "open the spec through xisa's workspace (xisa compile, check)")
+            config_count.append(count_configs(spec, f"{fieldname}.config"))
+        expanded.extend((f"{suffix}-config{index}", (*layers, {"config": index}))
+                        for index in range(config_count[0]))
+    if len(expanded) > budget:
+        raise _err(f"expands to {len(expanded)} cases, more than the {MAX_CASES_PER_SPEC} a spec may have", path,
+                   fieldname, "drop axes, values or configs, or split the cases into several specs")
+    return expanded
 
 
 def _overrides(raw: Any, path: str, fieldname: str) -> tuple[tuple[str, dict], ...]:
     result = []
     for pattern, layer in _mapping(raw, path, fieldname).items():
         layer = _check_layer(layer, path, f"{fieldname}.{pattern}", _LAYER_KEYS - {"targets"})
+        if layer.get("config") == CONFIG_ALL:
+            raise _err("`config: all` expands a case into cases, the same on every target, so no override may set it",
+                       path, f"{fieldname}.{pattern}.config", "put `config: all` on the case or under defaults")
         result.append((pattern, layer))
     return tuple(result)
 
@@ -222,10 +284,12 @@ def _expand_matrix(raw: Any, path: str, fieldname: str, *, budget: int) -> list[
 
 
 def _merge(layers: list[dict]) -> dict[str, Any]:
-    merged: dict[str, Any] = {"args": {}, "constexprs": {}, "options": {}, "expect": {}, "runtime": None}
+    merged: dict[str, Any] = {"args": {}, "constexprs": {}, "options": {}, "expect": {}, "runtime": None,
+                              "config": None}
     for layer in layers:
-        if "runtime" in layer:
-            merged["runtime"] = layer["runtime"]
+        for key in ("runtime", "config"):
+            if key in layer:
+                merged[key] = copy.deepcopy(layer[key])
         for key in ("args", "constexprs", "options"):
             merged[key].update(copy.deepcopy(layer.get(key) or {}))
         for pattern, checks in layer.get("expect") or ():
@@ -245,7 +309,7 @@ def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
                                   path=spec.spec_path, field=case.field_path)
     return Cell(kernel=spec, case=case.name, target=target, args=merged["args"], constexprs=merged["constexprs"],
                 options=merged["options"], expect=merged["expect"], field_path=case.field_path,
-                runtime=merged["runtime"])
+                runtime=merged["runtime"], config=merged["config"])
 
 
 def build_cells(specs: list[KernelSpec], targets: list[Target], *, kernel_filters: list[str] | None = None) -> list[Cell]:
@@ -278,7 +342,7 @@ def discover_spec_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def load_specs(files: list[Path], *, root: Path) -> list[KernelSpec]:
+def load_specs(files: list[Path], *, root: Path, count_configs: ConfigCounter | None = None) -> list[KernelSpec]:
     specs = []
     names: dict[str, str] = {}
     for file in files:
@@ -286,7 +350,7 @@ def load_specs(files: list[Path], *, root: Path) -> list[KernelSpec]:
             shown = str(file.resolve().relative_to(root.resolve()))
         except ValueError:
             shown = str(file)
-        spec = load_spec(file, display=shown)
+        spec = load_spec(file, display=shown, count_configs=count_configs)
         if spec.name in names:
             raise SpecError(f"kernel name {spec.name!r} is also defined in {names[spec.name]}", path=shown,
                             field="name", fix="give each spec a unique `name`")
