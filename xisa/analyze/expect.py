@@ -183,6 +183,8 @@ def measure(key: str, analysis: Analysis) -> int | None:
     """The count or resource `key` names; None where the analysis's ISA does not report it."""
     if key == "instructions":
         return analysis.instructions
+    if key == LAUNCHABLE:     # not a count of the code: judged with the target (`judge_launch`)
+        return None
     handler = backend_of_isa(analysis.isa)
     if key in RESOURCE_KEYS:
         names = handler.resource_aliases.get(key, (key,))
