@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ContextManager
 
-from xisa.analyze.expect import Failure, check_against_targets, evaluate
+from xisa.analyze.expect import Failure, check_against_targets, evaluate, judge_launch
 from xisa.compile.bind import count_configs
 from xisa.compile.result import CellResult
 from xisa.compile.runner import RunOptions, run_cells
@@ -170,16 +170,39 @@ class Run:
         """Per target, the toolchain facts of its backend only: what its golden records."""
         return {t.name: describe_toolchain(backends={t.backend}) for t in self.targets}
 
+    @property
+    def cannot_launch(self) -> list[CellResult]:
+        """The cells that cannot launch on their target although the spec does not expect it."""
+        return [r for r in self.results if r.launch is not None and r.launch.unexpected]
+
+    @property
+    def failed(self) -> bool:
+        """A failed expectation or an unexpected cannot-launch: `compile` and `bless` exit 1."""
+        return any(self.failures.values()) or bool(self.cannot_launch)
+
     def failure_lines(self) -> list[str]:
-        """Each failed expectation as the one line every command prints on stderr."""
+        """Each failed expectation and each cell that cannot launch unexpectedly, as the one line every
+        command prints on stderr."""
         return [f"expectation failed {cell_id}: {failure}" for cell_id, fails in self.failures.items()
-                for failure in fails]
+                for failure in fails] + [f"{r.id} cannot launch: {r.launch.reason()}" for r in self.cannot_launch]
+
+
+def judge_launches(cells: list[Cell], results: list[CellResult]) -> None:
+    """Each compiled result's `launch`: its workgroup against its target file's per-workgroup limits,
+    and the spec's `launchable` for that target."""
+    for cell, result in zip(cells, results):
+        if result.ok and result.analysis is not None:
+            target = cell.target
+            excess = target.handler.launch_excess(result.analysis.resources, target=target,
+                                                  num_warps=int(result.options.get("num_warps") or 1))
+            result.launch = judge_launch(cell.expect, target.name, excess, target_file=target.path)
 
 
 def expectation_failures(cell: Cell, result: CellResult) -> list[Failure]:
     if not result.ok or result.analysis is None:
         return []
-    return evaluate(cell.expect, cell.target.name, result.analysis)
+    launchable = result.launch is None or result.launch.launchable
+    return evaluate(cell.expect, cell.target.name, result.analysis, launchable=launchable)
 
 
 @contextlib.contextmanager
@@ -200,6 +223,7 @@ def compile_cells(ws: Workspace, chosen: list[Target], cells: list[Cell], *, opt
     with restored_environment(), progress(len(cells)) as advance:
         results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir,
                             options=options, progress=advance)
+    judge_launches(cells, results)
     failures = {cell.id: expectation_failures(cell, result) for cell, result in zip(cells, results)}
     return Run(targets=chosen, results=results, failures=failures)
 
@@ -438,7 +462,7 @@ class BlessResult:
     def exit_code(self) -> int:
         if self.outcome.skipped_errors:
             return EXIT_UNTRUSTED
-        return 1 if any(self.run.failures.values()) else EXIT_OK
+        return 1 if self.run.failed else EXIT_OK
 
 
 def bless_run(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, lock_timeout: float = 30.0) -> BlessOutcome:

@@ -152,6 +152,9 @@ class XisaCellItem(pytest.Item):
         result, verdict = session.outcome(self)
         for failure in session.failures.get(self.cell.id, []):   # on stderr, as every xisa command prints them
             print(f"expectation failed {self.cell.id}: {failure}", file=sys.stderr)
+        if result.launch is not None and not result.launch.launchable:   # expected or not, the item says so
+            self.user_properties.append(("xisa_launch", str(result.launch)))
+            print(f"{self.cell.id} {result.launch}", file=sys.stderr)
         if self.config.getoption("xisa_update"):
             if not result.ok:
                 raise XisaCellFailure(f"compile error, nothing blessed: {result.error}")

@@ -18,7 +18,8 @@ from typing import Any, Callable, Mapping
 
 from xisa.analyze import amdgcn, sass
 from xisa.analyze.model import Analysis
-from xisa.analyze.occupancy import Target, amd_waves_per_simd, cuda_warps_per_sm
+from xisa.analyze.occupancy import (Excess, Target, amd_launch_excess, amd_waves_per_simd, cuda_launch_excess,
+                                    cuda_warps_per_sm)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Backend:
     torch_build: str                           # the `torch.version` attribute a torch built for it sets
     device_arch: Callable[[Any], str]          # a torch device's properties -> the arch `device.match` globs
     _analyze: Callable[..., Analysis] = field(repr=False)
+    _launch_excess: Callable[..., list[Excess]] = field(repr=False)
 
     @property
     def expectable_resources(self) -> tuple[str, ...]:
@@ -89,6 +91,22 @@ class Backend:
         what `binary_tool` printed about it; `shared_bytes`: Triton's dynamic shared memory (metadata)."""
         return self._analyze(assembly, binary_facts, shared_bytes=shared_bytes, num_warps=num_warps,
                              target=target, rules=rules)
+
+
+    def launch_excess(self, resources: Mapping[str, Any], *, num_warps: int, target: Target) -> list[Excess]:
+        """The per-workgroup (per-block) limits of `target` that one workgroup of this kernel exceeds: empty
+        when it can launch. Computed from an analysis's resources, so a golden needs no field for it."""
+        return self._launch_excess(resources, num_warps=num_warps, target=target)
+
+
+def _amd_launch_excess(res: Mapping[str, Any], *, num_warps: int, target: Target) -> list[Excess]:
+    return amd_launch_excess(target, vgprs=int(res.get("vgprs") or 0), agprs=int(res.get("agprs") or 0),
+                             lds_bytes=int(res.get("lds_bytes") or 0), num_warps=num_warps)
+
+
+def _cuda_launch_excess(res: Mapping[str, Any], *, num_warps: int, target: Target) -> list[Excess]:
+    return cuda_launch_excess(target, regs=int(res.get("registers") or 0), smem_bytes=int(res.get("lds_bytes") or 0),
+                              num_warps=num_warps)
 
 
 def _analyze_amdgcn(assembly: str, hsaco: bytes, *, shared_bytes: int, num_warps: int, target: Target,
@@ -152,6 +170,7 @@ AMD = Backend(
     torch_build="hip",
     device_arch=lambda props: base_gcn_arch(str(getattr(props, "gcnArchName", "") or "")),
     _analyze=_analyze_amdgcn,
+    _launch_excess=_amd_launch_excess,
 )
 
 NVIDIA = Backend(
@@ -179,6 +198,7 @@ NVIDIA = Backend(
     torch_build="cuda",
     device_arch=lambda props: f"{props.major}.{props.minor}",     # the compute capability
     _analyze=_analyze_sass,
+    _launch_excess=_cuda_launch_excess,
 )
 
 BACKENDS: tuple[Backend, ...] = (AMD, NVIDIA)

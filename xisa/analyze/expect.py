@@ -1,7 +1,8 @@
 """Expectations: facts about a cell's machine code that must survive a toolchain upgrade.
 
 In the spirit of FileCheck's CHECK-COUNT: `v_cvt_pk_f32_fp8: 0`, `'v_wmma*': '>0'`,
-`class:matrix: '>=8'`, `vgpr_spills: 0`, `occupancy: '>=4'`.
+`class:matrix: '>=8'`, `vgpr_spills: 0`, `occupancy: '>=4'`; and `launchable: false` for a cell that
+is known not to fit one workgroup on a target (see `judge_launch`).
 
 An expectation that can never fail is worse than none, so keys are checked twice: when the spec
 loads (a key must be a resource, a known `class:NAME`, or look like an instruction mnemonic), and
@@ -20,10 +21,13 @@ from typing import Any
 
 from xisa.analyze.backends import BACKENDS, CLASS_NAMES, EXPECTABLE_RESOURCES as RESOURCE_KEYS, backend, backend_of_isa
 from xisa.analyze.model import Analysis
+from xisa.analyze.occupancy import Excess
 from xisa.errors import SpecError
 from xisa.names import closest
 
 _GLOB = re.compile(r"[*?\[]")
+# Whether one workgroup of the cell fits the target's per-workgroup limits: `true` or `false`, not a count.
+LAUNCHABLE = "launchable"
 
 _CONDITION = re.compile(r"^\s*(>=|<=|==|!=|>|<)?\s*(-?\d+)\s*$")
 _OPS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
@@ -62,10 +66,11 @@ class Failure:
     pattern: str
     key: str
     condition: str
-    actual: int | None          # None: the analysis does not report it (a golden of an older format)
+    actual: int | bool | None   # None: the analysis does not report it (a golden of an older format)
 
     def __str__(self) -> str:
-        got = "nothing (not reported)" if self.actual is None else self.actual
+        got = ("nothing (not reported)" if self.actual is None else
+               str(self.actual).lower() if isinstance(self.actual, bool) else self.actual)
         return f"{self.key} {self.condition} expected (target pattern {self.pattern!r}), got {got}"
 
 
@@ -85,7 +90,7 @@ def parse_condition(value: Any, *, path: str, field: str) -> Condition:
 def check_key(key: str, *, path: str | None, field: str) -> None:
     """A key must be a resource, a known class, a glob, or look like a mnemonic and not like a
     misspelt resource. Anything else could never fail (it would count 0), so it is refused."""
-    if key in RESOURCE_KEYS:
+    if key in RESOURCE_KEYS or key == LAUNCHABLE:
         return
     if key.startswith("class:"):
         name = key[len("class:"):]
@@ -96,7 +101,7 @@ def check_key(key: str, *, path: str | None, field: str) -> None:
         return
     if _GLOB.search(key):
         return  # a count over the histogram; a glob that matches nothing is a fact (0), not a typo
-    resource = difflib.get_close_matches(key, list(RESOURCE_KEYS), n=1, cutoff=0.75)
+    resource = difflib.get_close_matches(key, [*RESOURCE_KEYS, LAUNCHABLE], n=1, cutoff=0.75)
     if resource or not any(b.mnemonic.match(key) for b in BACKENDS):
         fix = (f"did you mean {resource[0]!r}?" if resource else
                f"a resource ({', '.join(RESOURCE_KEYS)}), class:NAME, or an instruction mnemonic or glob "
@@ -111,8 +116,15 @@ def parse_expectations(expect: dict[str, dict[str, Any]], *, path: str, field: s
     for pattern, conds in expect.items():
         checks = []
         for key, value in conds.items():
-            check_key(key, path=path, field=f"{field}.expect.{pattern}.{key}")
-            condition = parse_condition(value, path=path, field=f"{field}.expect.{pattern}.{key}")
+            where = f"{field}.expect.{pattern}.{key}"
+            check_key(key, path=path, field=where)
+            if key == LAUNCHABLE:
+                if not isinstance(value, bool):
+                    raise SpecError(f"{value!r} is not true or false", path=path, field=where,
+                                    fix="launchable: false (the cell is known not to launch there) or true")
+                condition = Condition(None, int(value))
+            else:
+                condition = parse_condition(value, path=path, field=where)
             checks.append(Expectation(key, condition, value))
         parsed.append((pattern, tuple(checks)))
     return tuple(parsed)
@@ -164,13 +176,15 @@ def check_against_targets(expect: Expectations, known: dict[str, str], *, path: 
 
 
 def is_resource_or_class(key: str) -> bool:
-    return key in RESOURCE_KEYS or key.startswith("class:")
+    return key in RESOURCE_KEYS or key == LAUNCHABLE or key.startswith("class:")
 
 
 def measure(key: str, analysis: Analysis) -> int | None:
     """The count or resource `key` names; None where the analysis's ISA does not report it."""
     if key == "instructions":
         return analysis.instructions
+    if key == LAUNCHABLE:     # not a count of the code: judged with the target (`judge_launch`)
+        return None
     handler = backend_of_isa(analysis.isa)
     if key in RESOURCE_KEYS:
         names = handler.resource_aliases.get(key, (key,))
@@ -193,13 +207,64 @@ def measure(key: str, analysis: Analysis) -> int | None:
     return total
 
 
-def evaluate(expect: Expectations, target: str, analysis: Analysis) -> list[Failure]:
+def evaluate(expect: Expectations, target: str, analysis: Analysis, *, launchable: bool = True) -> list[Failure]:
+    """The expectations of `target` that `analysis` breaks. `launchable: false` fails on a cell that
+    launches; `launchable: true` on one that does not is left to its launch verdict (`judge_launch`)."""
     failures = []
     for pattern, checks in expect:
         if not fnmatch.fnmatchcase(target, pattern):
             continue
         for check in checks:
+            if check.key == LAUNCHABLE:
+                if launchable and not check.written:
+                    failures.append(Failure(pattern, LAUNCHABLE, "== false", True))
+                continue
             actual = measure(check.key, analysis)
             if actual is None or not check.condition.holds(actual):
                 failures.append(Failure(pattern, check.key, str(check.condition), actual))
     return failures
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Whether one workgroup (block) of a cell fits its target, and whether the spec said so."""
+
+    excess: tuple[Excess, ...]      # the per-workgroup limits exceeded; empty: it launches
+    expected: bool | None           # the spec's `launchable` for this target; None: not stated (true)
+    target_file: str                # where the limits are written (`targets/gfx942.yaml`)
+
+    @property
+    def launchable(self) -> bool:
+        return not self.excess
+
+    @property
+    def unexpected(self) -> bool:
+        """It cannot launch and the spec does not expect that: the cell's verdict is `cannot-launch`."""
+        return bool(self.excess) and self.expected is not False
+
+    def reason(self) -> str:
+        """`lds_bytes 98304 > 65536 per workgroup (targets/gfx942.yaml)`; empty when it launches."""
+        return "; ".join(str(e) for e in self.excess) + f" ({self.target_file})" if self.excess else ""
+
+    def __str__(self) -> str:
+        if not self.excess:
+            return "launches"
+        return f"cannot launch: {self.reason()}" + (" (expected: launchable: false)" if not self.unexpected else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"launchable": self.launchable, "expected": self.expected, "target_file": self.target_file,
+                "exceeds": [e.to_json() for e in self.excess]}
+
+
+def expected_launchable(expect: Expectations, target: str) -> bool | None:
+    """The spec's `launchable` for `target`: False when a matching pattern says false and none says
+    true (a contradiction keeps the default, so it cannot hide a cell that does not launch)."""
+    said = {check.written for pattern, checks in expect if fnmatch.fnmatchcase(target, pattern)
+            for check in checks if check.key == LAUNCHABLE}
+    if not said:
+        return None
+    return False if said == {False} else True
+
+
+def judge_launch(expect: Expectations, target: str, excess: list[Excess], *, target_file: str) -> Launch:
+    return Launch(excess=tuple(excess), expected=expected_launchable(expect, target), target_file=target_file)

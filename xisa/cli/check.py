@@ -152,8 +152,9 @@ def merge(
     if fmt == "json":
         text = json.dumps(merged, indent=2, sort_keys=True) + "\n"
     else:
-        lines = [f"{c['verdict']}: {CellKey(c['kernel'], c['case'], c['target'])}" for c in merged["cells"]
-                 if c["verdict"] != "same"]
+        lines = [f"{c['verdict']}: {CellKey(c['kernel'], c['case'], c['target'])}"
+                 + (f": {c['message']}" if c["verdict"] == "cannot-launch" else "")   # names the resource and limit
+                 for c in merged["cells"] if c["verdict"] != "same"]
         lines += [f"untrusted: {p}" for p in merged["problems"]]
         if merged["isolation_violated"]:
             lines.append("isolation violated: " + ", ".join(merged["isolation_violated"]))

@@ -53,6 +53,6 @@ def compile_command(
         stderr().print(Text(error_block(f"error {result.id}", result.error or ""), style="red"), highlight=False)
     if errors:
         raise typer.Exit(EXIT_UNTRUSTED)
-    if any(failures.values()):
+    if run.failed:   # a failed expectation, or a cell that cannot launch unexpectedly
         raise typer.Exit(EXIT_REGRESSION)
     raise typer.Exit(EXIT_OK)

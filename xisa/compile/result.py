@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from xisa.analyze.expect import Launch
 from xisa.analyze.model import Analysis
 from xisa.names import NamedByCell
 
@@ -23,6 +24,9 @@ class CellResult(NamedByCell):
     seconds: float = 0.0
     stages: dict[str, str | bytes] = field(default_factory=dict, repr=False)
     cached: bool = False
+    # Whether one workgroup fits the target, judged with the spec's `launchable` (`xisa.api.judge_launches`);
+    # derived from the analysis, the options and the target file, so never cached nor written to a golden.
+    launch: Launch | None = None
 
     @property
     def ok(self) -> bool:
@@ -47,6 +51,7 @@ class CellResult(NamedByCell):
             "attrs": self.binding.get("attrs", {}),
             "options": dict(self.options),
             "resources": self.resources(),
+            "launch": self.launch.to_json() if self.launch else None,
             "seconds": round(self.seconds, 3),
         }
 

@@ -80,7 +80,8 @@ def stale_goldens(results: list[CellResult], *, head_golden_dir: Path, display_r
     by another analyzer), and the whole-run problems found in them. A cell that fails to compile is
     reported once, by the comparison with the base."""
     head = build_report(results, {}, golden_dir=head_golden_dir, display_root=display_root,
-                        selected_targets=selected_targets, kernel_filters=None, scopes=[], toolchain=toolchain)
+                        selected_targets=selected_targets, kernel_filters=None, scopes=[], toolchain=toolchain,
+                        launches=False)   # the comparison with the base reports a cell that cannot launch
     stale = []
     for verdict in head.verdicts:
         if verdict.verdict == SAME or (verdict.verdict == ERROR and verdict.head is not None and not verdict.head.ok):

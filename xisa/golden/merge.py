@@ -25,10 +25,10 @@ from xisa.errors import GoldenError, UsageError
 from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, CellKey, is_valid_name
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 from xisa.spec.shard import shard_of
-from xisa.golden.verdict import (CHANGED, ERROR, EXPECT_FAILED, NEW, RESOURCE_DELTA_KEYS, SAME, UNUSED, CellVerdict,
-                          CheckReport, Scope)
+from xisa.golden.verdict import (CANNOT_LAUNCH, CHANGED, ERROR, EXPECT_FAILED, NEW, RESOURCE_DELTA_KEYS, SAME, UNUSED,
+                                 CellVerdict, CheckReport, Scope)
 
-VERDICTS = (SAME, CHANGED, NEW, UNUSED, ERROR, EXPECT_FAILED)
+VERDICTS = (SAME, CHANGED, NEW, UNUSED, ERROR, EXPECT_FAILED, CANNOT_LAUNCH)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FIX = "merge the unchanged reports of one `xisa check --shard I/N --format json` run, every shard once"
 
@@ -155,13 +155,15 @@ def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
     base_resources = _field(cell, "base_resources", (dict,), where, optional=True)
     delta = _field(cell, "delta", (dict,), where, optional=True)
     expectations = _list_of(cell, "expectations", (str,), where)
+    launch = _field(cell, "launch", (dict,), where, optional=True)
+    unlaunchable = launch is not None and _validate_launch(launch, f"{where}.launch")
     if delta is not None:
         _validate_delta(delta, f"{where}.delta")
     has_head = (head, head_instructions, head_resources)
     has_base = (base, base_instructions, base_resources)
     # A verdict must follow from the cell's own data the way `build_report` decides it.
     problem = None
-    if verdict in (SAME, CHANGED, NEW, EXPECT_FAILED) and None in has_head:
+    if verdict in (SAME, CHANGED, NEW, EXPECT_FAILED, CANNOT_LAUNCH) and None in has_head:
         problem = "has no head fingerprint, instructions or resources"
     elif verdict in (SAME, CHANGED) and None in has_base:
         problem = "has no golden fingerprint, instructions or resources"
@@ -177,12 +179,31 @@ def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
         problem = "has a golden"
     elif verdict == UNUSED and any(value is not None for value in (*has_head, *has_base)):
         problem = "has a head or golden fingerprint (an unused golden has no cell)"
-    if problem is None and (verdict == EXPECT_FAILED) != bool(expectations):
+    if problem is None and (verdict == EXPECT_FAILED and not expectations
+                            or expectations and verdict not in (EXPECT_FAILED, CANNOT_LAUNCH)):
         problem = "disagrees with its failed expectations"
+    # A head that cannot launch unexpectedly is `cannot-launch` (an error has no head to judge).
+    if problem is None and verdict != ERROR and (verdict == CANNOT_LAUNCH) != bool(unlaunchable):
+        problem = "disagrees with its launch"
     if problem is not None:
         raise _Invalid(f"{where}.verdict", f"{verdict!r} {problem}")
     return CellVerdict(kernel=names[0], case=names[1], target=names[2], verdict=verdict, in_scope=in_scope,
                        message=message)
+
+
+def _validate_launch(launch: dict[str, Any], where: str) -> bool:
+    """A cell's `launch` checked; whether it says the cell cannot launch unexpectedly."""
+    launchable = _field(launch, "launchable", (bool,), where)
+    expected = _field(launch, "expected", (bool,), where, optional=True)
+    _field(launch, "target_file", (str,), where)
+    exceeds = _list_of(launch, "exceeds", (dict,), where)
+    for index, row in enumerate(exceeds):
+        for key, kinds in (("resource", (str,)), ("used", (int,)), ("limit", (int,)), ("per", (str,)),
+                           ("limit_key", (str,))):
+            _field(row, key, kinds, f"{where}.exceeds[{index}]")
+    if launchable == bool(exceeds):
+        raise _Invalid(f"{where}.launchable", f"is {json.dumps(launchable)} with {len(exceeds)} exceeded limit(s)")
+    return not launchable and expected is not False
 
 
 def _validate_delta(delta: dict[str, Any], where: str) -> None:

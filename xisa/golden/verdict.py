@@ -24,6 +24,9 @@ from xisa.spec.shard import shard_of
 JSON_SCHEMA_VERSION = 1
 
 SAME, CHANGED, NEW, UNUSED, ERROR, EXPECT_FAILED = "same", "changed", "new", "unused", "error", "expectation-failed"
+# One workgroup (block) of the cell exceeds a per-workgroup limit of its target file and the spec does not
+# say `launchable: false` for it: the kernel would raise OutOfResources there. A regression, whatever the scope.
+CANNOT_LAUNCH = "cannot-launch"
 RESOURCE_DELTA_KEYS = COMPARED_RESOURCES      # a change of one of them alone is a changed cell
 
 
@@ -117,7 +120,12 @@ class CellVerdict(NamedByCell):
     def is_regression(self) -> bool:
         if self.verdict == CHANGED or (self.judged_by_scope and self.verdict in (NEW, UNUSED)):
             return not self.in_scope
-        return self.verdict in (NEW, UNUSED, EXPECT_FAILED)
+        return self.verdict in (NEW, UNUSED, EXPECT_FAILED, CANNOT_LAUNCH)
+
+    @property
+    def launch(self):
+        """The head's `Launch` (whether a workgroup fits the target), None where nothing compiled."""
+        return self.head.launch if self.head is not None else None
 
     def to_json(self) -> dict[str, Any]:
         head = self.head.analysis if self.head and self.head.analysis else None
@@ -134,6 +142,7 @@ class CellVerdict(NamedByCell):
             "base_resources": dict(base["resources"]) if base else None,
             "delta": self.delta.to_json() if self.delta else None,
             "expectations": [str(f) for f in self.expectations],
+            "launch": self.launch.to_json() if self.launch else None,
         }
 
 
@@ -221,9 +230,10 @@ def matches_filters(kernel: str, case: str, target: str, targets: set[str], kern
 def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, golden_dir: Path,
                  display_root: Path, selected_targets: set[str], kernel_filters: list[str] | None,
                  scopes: list[str], toolchain: dict[str, str], shard: tuple[int, int] | None = None,
-                 selection: dict[str, Any] | None = None, golden_owner: str = "") -> CheckReport:
+                 selection: dict[str, Any] | None = None, golden_owner: str = "",
+                 launches: bool = True) -> CheckReport:
     """`golden_owner` names the revision the goldens are read from (a PR gate's base), where re-blessing
-    cannot fix them."""
+    cannot fix them; `launches=False` compares with the goldens only (no `cannot-launch` verdict)."""
     parsed_scopes = [Scope.parse(s) for s in scopes]
     verdicts: list[CellVerdict] = []
     golden_toolchains: dict[str, list[str]] = {}
@@ -276,6 +286,11 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
         if verdict.expectations:
             verdict.verdict = EXPECT_FAILED
             verdict.message = "; ".join(str(f) for f in verdict.expectations)
+        if launches and result.launch is not None and result.launch.unexpected:
+            # Whatever its code did, the cell would not run there: that is said first.
+            verdict.verdict = CANNOT_LAUNCH
+            verdict.message = "; ".join([f"cannot launch: {result.launch.reason()}",
+                                         *(str(f) for f in verdict.expectations)])
     for key in list_goldens(golden_dir):
         if key in seen or not matches_filters(*key, selected_targets, kernel_filters):
             continue

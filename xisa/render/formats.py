@@ -128,6 +128,9 @@ def render_compile_table(console: Console, results: list[CellResult], failures: 
             values = [_show(res.get(get)) if isinstance(get, str) else get(res) for _, get in resource_columns]
             fails = failures.get(result.id, [])
             status = Text("failed", style="yellow") if fails else Text("ok", style="green")   # listed below
+            if result.launch is not None and not result.launch.launchable:
+                status = (Text("cannot launch", style="red") if result.launch.unexpected
+                          else Text("cannot launch (expected)", style="yellow"))
             rows.append([name, str(a.instructions), *[_show(measure(p, a)) for p in counts], *values,
                          a.sha256[:12], status])
         handler = backend_of_isa(isa)
@@ -143,14 +146,28 @@ def render_compile_table(console: Console, results: list[CellResult], failures: 
         for result in members:
             for failure in failures.get(result.id, []):
                 console.print(Text(f"  {result.id}: {failure}", style="yellow"))
+            if result.launch is not None and not result.launch.launchable:
+                console.print(Text(f"  {result.id}: {result.launch}", style="red" if result.launch.unexpected else ""))
 
 
 # ---------------------------------------------------------------- check / diff reports
 
 _VERDICT_STYLE = {"same": "green", "changed": "yellow", "new": "cyan", "unused": "magenta", "error": "red",
-                  "expectation-failed": "red"}
-_SUMMARY_ORDER = ("error", "expectation-failed", "changed", "new", "unused", "same")
+                  "expectation-failed": "red", "cannot-launch": "red"}
+_SUMMARY_ORDER = ("error", "cannot-launch", "expectation-failed", "changed", "new", "unused", "same")
+# Verdicts whose message says what failed (listed under the tables).
+_EXPLAINED = ("error", "cannot-launch", "expectation-failed", "unused")
 ACCEPTABLE = ("changed", "new", "unused")      # what `xisa bless` resolves by rewriting or removing goldens
+
+
+def verdict_label(v) -> str:
+    """The verdict as tables show it: `changed (in scope)`; a cell the spec expects not to launch says so
+    (`same, cannot launch (expected)`), so every output shows a cell that would not run."""
+    label = v.verdict + (" (in scope)" if v.verdict == "changed" and v.in_scope else "")
+    launch = v.launch
+    if launch is not None and not launch.launchable and not launch.unexpected:
+        label += ", cannot launch (expected)"
+    return label
 
 
 def _plural(n: int, word: str) -> str:
@@ -307,7 +324,7 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
         identical = all(v.verdict == "same" for v in rows)
         table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for v in rows:
-            verdict = v.verdict + (" (in scope)" if v.verdict == "changed" and v.in_scope else "")
+            verdict = verdict_label(v)
             table.append("| " + " | ".join([f"`{v.kernel}:{v.case}`", *_row_values(v, counts, _isa_of_verdicts(rows)),
                                             verdict]) + " |")
         if identical:
@@ -322,7 +339,7 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                 if v.delta and v.delta.binding:
                     moved = ", ".join(f"`{key}` {b} → {h}" for key, b, h in v.delta.binding[:8])
                     lines.append(f"- `{v.kernel}:{v.case}` binding: {moved}")
-                if v.message and v.verdict in ("error", "expectation-failed", "unused"):
+                if v.message and v.verdict in _EXPLAINED:
                     first, *rest = v.message.splitlines() or [""]
                     lines.append(f"- `{v.kernel}:{v.case}`: {first}")
                     if rest:
@@ -340,12 +357,12 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
             header = _check_header(counts, isa, code=False)
             lines = []
             for v in rows:
-                label = v.verdict + (" (in scope)" if v.verdict == "changed" and v.in_scope else "")
+                label = verdict_label(v)
                 values = [s.replace("`", "") for s in _row_values(v, counts, isa)]
                 lines.append([f"{v.kernel}:{v.case}", *values, Text(label, style=_VERDICT_STYLE.get(v.verdict, ""))])
             console.print(_fitted_table(console, [(h, "left") for h in header], lines, title=target))
         for v in report.verdicts:
-            if v.delta and v.verdict in ("changed", "expectation-failed"):
+            if v.delta and v.verdict in ("changed", "expectation-failed", "cannot-launch"):
                 top = ", ".join(f"{m} {b}->{h}" for m, b, h in v.delta.histogram[:8])
                 res = ", ".join(f"{k} {b}->{h}" for k, (b, h) in v.delta.resources.items())
                 console.print(Text(f"{v.id}: instructions {_arrow(*v.delta.instructions)}"
@@ -353,7 +370,7 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
                 for key, b, h in v.delta.binding:
                     console.print(Text(f"  binding {key}: {b} -> {h}"))
     for v in report.verdicts:
-        if v.message and v.verdict in ("error", "expectation-failed", "new", "unused"):
+        if v.message and v.verdict in (*_EXPLAINED, "new"):
             console.print(Text(error_block(f"{v.verdict}: {v.id}", v.message), style=_VERDICT_STYLE.get(v.verdict, "")))
     for v in report.stale_goldens:
         console.print(Text(f"stale golden: {v.id}: {v.message}", style="red"))
@@ -419,6 +436,8 @@ def render_compile_markdown(results: list[CellResult], *, counts: list[str]) -> 
         if r.ok and r.analysis is not None:
             values = [str(r.analysis.instructions), *(_show(measure(p, r.analysis)) for p in counts)]
             text = " / ".join(values) + f" / `{r.analysis.sha256[:8]}`"
+            if r.launch is not None and not r.launch.launchable:
+                text += " / **cannot launch**" + (" (expected)" if not r.launch.unexpected else "")
         else:
             text = "error"
         rows.setdefault(f"{r.kernel}:{r.case}", {})[r.target] = text

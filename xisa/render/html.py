@@ -23,17 +23,18 @@ from typing import Any, Callable
 
 from xisa.analyze.backends import RESOURCE_ORDER
 from xisa.fsio import write_atomic
-from xisa.golden.verdict import CHANGED, ERROR, EXPECT_FAILED, NEW, SAME, UNUSED, CellVerdict, CheckReport
+from xisa.golden.verdict import (CANNOT_LAUNCH, CHANGED, ERROR, EXPECT_FAILED, NEW, SAME, UNUSED, CellVerdict,
+                                 CheckReport)
 
 HTML_SCHEMA_VERSION = 1
-VERDICT_ORDER = (ERROR, EXPECT_FAILED, CHANGED, NEW, UNUSED, SAME)
+VERDICT_ORDER = (ERROR, CANNOT_LAUNCH, EXPECT_FAILED, CHANGED, NEW, UNUSED, SAME)
 DIFF_CONTEXT = 3
 MAX_DIFF_ROWS = 200            # per diff; beyond it the diff is cut with a note (the .isa files hold it all)
 PAGE_DIFF_ROWS = 30_000        # per page: later cells get a note instead of a diff (the page stays a few MB)
 HISTOGRAM_ROWS = 40
 AUTO_OPEN_LIMIT = 5            # at most this many non-identical cells: open them on load
 MATRIX_HINT = {SAME: "byte-identical", CHANGED: "changed", NEW: "new (no golden)", UNUSED: "unused golden",
-               ERROR: "error", EXPECT_FAILED: "expectation failed"}
+               ERROR: "error", EXPECT_FAILED: "expectation failed", CANNOT_LAUNCH: "cannot launch"}
 EXIT_LABEL = {0: "pass", 1: "regression", 2: "untrusted"}
 
 # Register operands with their numbers abstracted, so a diff can align instructions whose registers
@@ -322,6 +323,8 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, A
         "base_sha256": v.base.data.get("sha256") if v.base else None,
         "head_sha256": v.head.analysis.sha256 if v.head and v.head.analysis else None,
         "expectations": [str(f) for f in v.expectations],
+        # `cannot launch: lds_bytes 98304 > 65536 per workgroup (targets/gfx942.yaml)`, expected or not
+        "launch": str(v.launch) if v.launch is not None and not v.launch.launchable else None,
         "resources": _resources(v),
         "histogram": _histogram(v),
         "histogram_kind": "delta" if v.delta is not None else ("head" if v.base is None else "base"),
@@ -346,6 +349,12 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, A
     elif v.verdict == CHANGED and base_stream is None:
         data["diff_note"] = "the golden has no stream file (stream_files = false): no diff to show"
     return data
+
+
+def _expected_no_launch(v: CellVerdict) -> bool:
+    """A cell the spec expects not to launch on its target: its verdict is about its code, and the page
+    still marks it."""
+    return v.launch is not None and not v.launch.launchable and not v.launch.unexpected
 
 
 def _dom_id(index: int) -> str:
@@ -438,10 +447,13 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
             label = MATRIX_HINT.get(v.verdict, v.verdict)
             if v.verdict == CHANGED:
                 label += " (in scope)" if v.in_scope else " (outside the scope)"
+            if _expected_no_launch(v):
+                label += "; cannot launch (expected)"
             tip = f"{v.id}: {label}" + (f"; instructions {base_n} → {head_n}" if delta else "") + \
                   (f"; {v.message}" if v.message and v.verdict != SAME else "")
             text = "err" if shown is None else str(shown)
             scope_cls = " in-scope" if v.verdict == CHANGED and v.in_scope else ""
+            scope_cls += " no-launch" if _expected_no_launch(v) else ""
             w(f"<td class=\"cell v-{_e(v.verdict)}{scope_cls}\" data-cell=\"{_e(v.id)}\" data-verdict=\"{_e(v.verdict)}\" "
               f"title=\"{_e(tip)}\"><a href=\"#open={_e(v.id)}\">{_e(text)}"
               + (f"<small>{_e(delta)}</small>" if delta else "") + "</a></td>")
@@ -463,6 +475,7 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
             counts_text = (f"{base_n} → {head_n}" if base_n is not None and head_n is not None and base_n != head_n
                            else str(head_n if head_n is not None else base_n if base_n is not None else "-"))
             extra = " in scope" if v.verdict == CHANGED and v.in_scope else ""
+            extra += ", cannot launch (expected)" if _expected_no_launch(v) else ""
             w(f"<details class=\"cell-detail\" id=\"{_dom_id(i)}\" data-cell=\"{_e(v.id)}\" "
               f"data-verdict=\"{_e(v.verdict)}\"{' open' if v.id in auto_open else ''}>"
               f"<summary><span class=\"tag v-{_e(v.verdict)}\">{_e(v.verdict)}{_e(extra)}</span> "
@@ -512,6 +525,8 @@ text-align:right;white-space:nowrap}.matrix thead th{position:sticky;top:0;backg
 .matrix td.none{color:#bbb;text-align:center}.matrix td.in-scope{box-shadow:inset 0 0 0 2px #c9a100}
 .v-same{background:var(--same)}.v-changed{background:var(--changed)}.v-new{background:var(--new)}
 .v-unused{background:var(--unused)}.v-error{background:var(--error)}.v-expectation-failed{background:var(--expect)}
+.v-cannot-launch{background:var(--error);background-image:repeating-linear-gradient(45deg,transparent 0 4px,#fff6 4px 8px)}
+.matrix td.no-launch{box-shadow:inset 0 0 0 2px #b00000}
 .legend .swatch{display:inline-block;width:1em;height:1em;border:1px solid var(--border);vertical-align:middle;
 margin:0 .3em 0 .8em}.legend{color:var(--muted)}
 details.group{margin:.6em 0}details.group>summary{cursor:pointer;padding:.3em 0}
@@ -609,6 +624,7 @@ function render(d){
   body.appendChild(info);
   if(data.message)body.appendChild(el(data.message.indexOf("\n")>=0?"pre":"p","message",data.message));
   data.expectations.forEach(function(x){body.appendChild(el("p","problem","expectation failed: "+x));});
+  if(data.launch)body.appendChild(el("p",data.verdict==="cannot-launch"?"problem":"muted",data.launch));
   if(data.verdict==="same"){body.appendChild(el("p","muted","byte-identical to the golden"));}
   var cols=el("div","cols");
   if(data.resources.length)cols.appendChild(renderResources(data));
