@@ -15,7 +15,8 @@ for rev in "$base" "$head"; do
     dir="$work/$(git rev-parse --short "$rev")"
     mkdir -p "$dir" && git archive "$rev" | tar -x -C "$dir"
     start=$(date +%s)
-    (cd "$dir" && PYTHONPATH="$dir" XISA_CACHE_DIR="$dir/.xisa-cache" "$python" -m pytest -p no:cacheprovider 2>&1 | tail -1) || true  # a failing test still has a time
+    (cd "$dir" && PYTHONPATH="$dir" XISA_CACHE_DIR="$dir/.xisa-cache" "$python" -m pytest -p no:cacheprovider 2>&1 \
+        | grep -E '^(FAILED|ERROR) |(passed|failed)' | tail -20) || true  # a failing test still has a time
     tests=$(( $(date +%s) - start ))
     (cd "$dir" && PYTHONPATH="$dir" XISA_CACHE_DIR="$dir/.xisa-cache" "$(dirname "$python")/xisa" check --quiet 2>&1 | tail -1) || true
     echo "$rev ($(git rev-parse --short "$rev")): tests ${tests}s, then xisa check $(( $(date +%s) - start - tests ))s"
