@@ -15,7 +15,9 @@ def test_check_passes_on_the_whole_corpus(corpus_check):
     cells = report["cells"]
     amd = [c for c in cells if c["target"].startswith("gfx")]
     assert len({c["kernel"] for c in cells}) >= 6 and len(amd) >= 40
-    assert {c["target"] for c in amd} == {"gfx1100", "gfx1200", "gfx1201", "gfx942", "gfx950"}
+    assert {c["target"] for c in amd} == {"gfx1100", "gfx1151", "gfx1200", "gfx1201", "gfx90a", "gfx942", "gfx950"}
+    assert {c["target"] for c in cells} - {c["target"] for c in amd} == {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100",
+                                                                         "sm_120"}
     assert all(c["verdict"] == "same" for c in cells)
 
 

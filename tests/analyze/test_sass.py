@@ -279,6 +279,21 @@ def test_cuda_occupancy_sm80_has_less_shared_memory():
     assert cuda_warps_per_sm(TARGETS["sm_90"], regs=32, smem_bytes=65536, num_warps=4) == 12
 
 
+@pytest.mark.parametrize("target,blocks", [("sm_86", 16), ("sm_89", 24), ("sm_120", 24)])
+def test_cuda_occupancy_of_the_48_warp_parts(target, blocks):
+    t = TARGETS[target]
+    # 1-warp blocks of 16 regs: registers allow 128 warps, the 48-warp limit 48 blocks; the block cap binds.
+    assert cuda_warps_per_sm(t, regs=16, smem_bytes=0, num_warps=1) == blocks
+    # 4-warp blocks of 32 regs: 64 warps by registers, 12 blocks by the 48-warp limit (sm_80: 64 warps).
+    assert cuda_warps_per_sm(t, regs=32, smem_bytes=0, num_warps=4) == 48
+    assert cuda_warps_per_sm(TARGETS["sm_80"], regs=32, smem_bytes=0, num_warps=4) == 64
+    # 100 KiB per SM: one 64 KiB block (+1 KiB reserved); 99 KiB is the largest opt-in block, one byte
+    # more cannot launch.
+    assert cuda_warps_per_sm(t, regs=32, smem_bytes=65536, num_warps=4) == 4
+    assert cuda_warps_per_sm(t, regs=32, smem_bytes=99 * 1024, num_warps=4) == 4
+    assert cuda_warps_per_sm(t, regs=32, smem_bytes=99 * 1024 + 1, num_warps=4) == 0
+
+
 def test_register_numbers_rule_makes_a_permuted_allocation_the_same_fingerprint():
     from xisa.analyze.sass import parse_stream, strip_register_numbers
 

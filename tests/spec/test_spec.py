@@ -91,6 +91,37 @@ def test_unknown_target_suggests_the_closest(targets):
     assert "gfx942" in str(error) and error.exit_code == 2
 
 
+TARGET_FILES = sorted((REPO / "targets").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", TARGET_FILES, ids=[p.stem for p in TARGET_FILES])
+def test_every_bundled_target_loads_and_cites_each_number(path, targets):
+    """Each file in targets/ loads, and every number under occupancy: has a non-empty source."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    assert targets[path.stem].name == data["name"]
+    numbers = [k for k, v in data["occupancy"].items() if isinstance(v, int) and not isinstance(v, bool)]
+    assert numbers
+    for key in numbers:
+        assert isinstance(data["sources"].get(key), str) and data["sources"][key].strip(), key
+
+
+@pytest.mark.parametrize("path", TARGET_FILES, ids=[p.stem for p in TARGET_FILES])
+def test_a_bundled_target_without_a_source_for_a_number_is_refused(path):
+    import yaml
+
+    from xisa.errors import TargetError
+    from xisa.spec.targets import parse_target
+
+    data = yaml.safe_load(path.read_text())
+    key = next(k for k, v in data["occupancy"].items() if isinstance(v, int) and not isinstance(v, bool))
+    del data["sources"][key]
+    with pytest.raises(TargetError) as info:
+        parse_target(data, f"targets/{path.name}")
+    assert f"sources.{key}" in str(info.value) and "cites no source" in str(info.value)
+
+
 # ---------------------------------------------------------------- expectations that can fail
 
 def _expect_spec(tmp_path: Path, expect: str, targets: str = "['gfx*', 'sm_*']") -> Path:
