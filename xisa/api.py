@@ -75,7 +75,7 @@ def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None
     if not files:
         raise SpecError("no kernel specs found", path=", ".join(project.display(p) for p in project.spec_paths),
                         fix="add kernels/<name>.yaml or pass --spec PATH")
-    specs = load_specs(files, root=project.root)
+    specs = load_specs(files, root=project.root, pythonpath=project.pythonpath, import_hooks=project.import_hooks)
     return Workspace(project=project, targets=targets, specs=specs)
 
 

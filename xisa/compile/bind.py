@@ -139,18 +139,21 @@ def constexpr_value(value: Any, *, path: str, field: str) -> Any:
                     field=field, fix="use an int, float, bool, string or {dtype: NAME}")
 
 
-def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
-    """Import the spec's module (only from the configured roots) and return its JITFunction.
+def load_kernel_function(spec: KernelSpec, *, roots: list[Path], target=None):
+    """Import the spec's module and return its JITFunction; `target` (a Target) is the one the load is for.
 
-    The module is loaded once per process in a namespace of its own (`_load_isolated`), and the
-    project files the load imported are recorded for the result cache (`kernel_dependencies`).
+    The module is loaded once per process in a namespace of its own (`_load_isolated`), once per target
+    when its load asked the driver for the current target, and the files the load imported are recorded
+    for the result cache (`kernel_dependencies`).
     """
     from triton.runtime.jit import JITFunction
 
-    loaded = _LOADED.get(_load_key(spec))
+    loaded = _LOADED.get(_load_key(spec, target))
     if loaded is None:
-        loaded = _load_isolated(spec, roots)
-        _LOADED[_load_key(spec)] = loaded
+        loaded = _load_isolated(spec, roots, target)
+        if loaded.asked_target:
+            _PER_TARGET.add(_load_key(spec))
+        _LOADED[_load_key(spec, target)] = loaded
     module = loaded.module
     fn = getattr(module, spec.function, None)
     if fn is None:
@@ -164,10 +167,10 @@ def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
     return fn
 
 
-def kernel_dependencies(spec: KernelSpec) -> dict[str, str | None] | None:
+def kernel_dependencies(spec: KernelSpec, target=None) -> dict[str, str | None] | None:
     """What compiling `spec`'s kernel used -> SHA-256 (None: must stay absent), or None if not loaded: the files
     and environment variables (`$NAME`) its module's load read, and the project files its compiles read."""
-    loaded = _LOADED.get(_load_key(spec))
+    loaded = _LOADED.get(_load_key(spec, target))
     return {**loaded.dependencies, **loaded.compile_reads} if loaded is not None else None
 
 
@@ -176,10 +179,14 @@ class _LoadedModule:
     module: Any
     dependencies: dict[str, str | None]     # what the load read: files, and `$NAME` for a variable
     compile_reads: dict[str, str | None] = field(default_factory=dict)   # files its compiles read, so far
+    package_folders: tuple[str, ...] = ()   # the kernel's own package: its files count wherever it is installed
+    asked_target: bool = False              # the load asked the driver for the current target: one per target
 
 
-# Per process: a forked compile worker loads each spec's module once, however many cells it compiles.
+# Per process: a forked compile worker loads each spec's module once, however many cells it compiles
+# (once per target for the specs in _PER_TARGET, whose module asked which target it runs on).
 _LOADED: dict[tuple, _LoadedModule] = {}
+_PER_TARGET: set[tuple] = set()
 
 # Kernel files never live here, and reading some of these never ends.
 _SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
@@ -198,11 +205,66 @@ def dependency_digest(name: str) -> str | None:
     return file_sha256(name)
 
 
-def _load_key(spec: KernelSpec) -> tuple:
-    return (str(spec.spec_file), str(spec.source_file), spec.module)
+def _load_key(spec: KernelSpec, target=None) -> tuple:
+    key = (str(spec.spec_file), str(spec.source_file), spec.module)
+    return key + (getattr(target, "name", None),) if key in _PER_TARGET else key
 
 
-def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
+class LoadTargetDriver:
+    """Triton's active driver while a kernel module loads: it answers `get_current_target()` with the target the
+    load is for (a module sizing a kernel from it then gets that target's value, and the module is loaded once
+    per target) and `get_active_torch_device()` with the device a launch would use. Any other query goes to the
+    machine's own driver where there is one, else is an error naming it (an invented answer would compile
+    something else)."""
+
+    def __init__(self, target, real):
+        self._target = target
+        self._real = real
+        self.asked_target = False
+
+    def get_current_target(self):
+        if self._target is None:
+            if self._real is not None:
+                return self._real.get_current_target()
+            raise RuntimeError("xisa loads this kernel for no particular target, so it has no current target")
+        self.asked_target = True
+        return self._target.gpu_target()
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cuda")   # what a launch on either vendor's GPU uses (ROCm's torch says cuda too)
+
+    def is_active(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._real is not None:
+            return getattr(self._real, name)
+        raise RuntimeError(f"the kernel module asked the GPU driver for {name!r} at import; xisa compiles without a "
+                           "GPU: compute it in the launch function, or stub it (docs/spec-format.md, import hooks)")
+
+
+@contextlib.contextmanager
+def _target_driver(target) -> Iterator[LoadTargetDriver]:
+    from triton.runtime.driver import driver
+
+    saved = driver._active
+    try:
+        real = driver.active     # the machine's GPU driver; none on a machine without a GPU
+    except RuntimeError:
+        real = None
+    stand_in = LoadTargetDriver(target, real)
+    driver.set_active(stand_in)
+    try:
+        yield stand_in
+    finally:
+        driver._active = saved
+
+
+def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> _LoadedModule:
     """Import the kernel module with no project module of an earlier load in sight, record what it read, and
     undo what it changed in the process.
 
@@ -224,7 +286,12 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
     saved_path = list(sys.path)
     saved_environ, saved_knobs = dict(os.environ), _knob_settings()
     package = _package_of(spec.source_file, roots) if spec.source_file is not None else None
-    top = package[0].partition(".")[0] if package else None
+    if package:
+        top = package[0].partition(".")[0]
+    elif spec.module is not None and spec.module.partition(".")[0] not in _ENVIRONMENT_PACKAGES:
+        top = spec.module.partition(".")[0]   # an installed package's files count too: it is the kernel
+    else:
+        top = None
 
     def isolated(name: str, module: Any) -> bool:
         return _is_project_module(name, module) or (top is not None and name.partition(".")[0] == top)
@@ -235,11 +302,16 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
     before = set(sys.modules)
     _READS, _ENV_READS = reads, variables = [], set()
     try:
-        with _watched_environment(), _from_source():
+        with _watched_environment(), _from_source(), _target_driver(target) as driver:
+            sys.path[:0] = [str(folder) for folder in spec.pythonpath]   # [tool.xisa] pythonpath, ahead of the rest
+            for hook in spec.import_hooks:
+                _run_import_hook(spec, hook)
             module = _import_kernel_module(spec, roots, package)
         _READS, _ENV_READS = None, None  # hashing the files below reads them too
         added = {name: sys.modules[name] for name in set(sys.modules) - before}
-        dependencies = _dependency_files(added, reads)
+        package_folders = _package_folders(added, top)
+        dependencies = _dependency_files(added, reads, kernel_package=top, package_folders=package_folders)
+        dependencies.update({str(hook): file_sha256(str(hook)) for hook in spec.import_hooks})
         dependencies.update({ENVIRONMENT_ENTRY + name: dependency_digest(ENVIRONMENT_ENTRY + name)
                              for name in sorted(variables) if not toolchain_variable(name)})
     finally:
@@ -257,7 +329,59 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
                         "would depend on which kernel loaded first", path=spec.spec_path,
                         field="source" if spec.source_file else "module",
                         fix="remove the setting from the module (xisa compiles every kernel as a default launch)")
-    return _LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())))
+    return _LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())),
+                         package_folders=package_folders, asked_target=driver.asked_target)
+
+
+def _run_import_hook(spec: KernelSpec, hook: Path) -> None:
+    """Run a `[tool.xisa] import_hooks` file before the kernel module loads (it stubs what the module asks the GPU
+    at import); a failure is one line naming it."""
+    loader_spec = importlib.util.spec_from_file_location(f"xisa_import_hook_{hook.stem}", hook)
+    module = importlib.util.module_from_spec(loader_spec)
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise SpecError(f"the import hook {hook.name} failed: {type(exc).__name__}: {_first_line(exc)}",
+                        path="pyproject.toml", field="tool.xisa.import_hooks") from None
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _package_folders(added: dict[str, Any], top: str | None) -> tuple[str, ...]:
+    """The folders of the kernel's top package as the load imported it (a namespace package has several)."""
+    module = added.get(top) if top else None
+    if module is None:
+        return ()
+    return tuple(sorted({os.path.join(os.path.abspath(f), "") for f in list(vars(module).get("__path__") or [])}))
+
+
+def _shadowing_files(name: str, module: Any) -> dict[str, None]:
+    """The files that, appearing, would make `name` import from somewhere else: the module or package of that name
+    in each search folder before the one that served it (sys.path for a top-level name, the parent's `__path__`
+    for a submodule: a namespace package has several). A depfile records them as absent."""
+    import importlib.machinery
+
+    namespace = vars(module)
+    origin = namespace.get("__file__")
+    if not origin:
+        return {}
+    parent, _, leaf = name.rpartition(".")
+    if parent:
+        folders = list(vars(sys.modules[parent]).get("__path__") or []) if parent in sys.modules else []
+    else:
+        folders = [entry or os.getcwd() for entry in sys.path]
+    serving = os.path.dirname(os.path.dirname(origin)) if origin.endswith("__init__.py") else os.path.dirname(origin)
+    absent: dict[str, None] = {}
+    for folder in folders:
+        folder = os.path.abspath(folder)
+        if folder == os.path.abspath(serving):
+            break
+        absent[os.path.join(folder, leaf, "__init__.py")] = None
+        absent.update((os.path.join(folder, leaf + suffix), None) for suffix in importlib.machinery.all_suffixes())
+    return absent
 
 
 @contextlib.contextmanager
@@ -392,13 +516,13 @@ def ignore_reads_under(*folders: str) -> None:
 
 
 @contextlib.contextmanager
-def compiling(spec: KernelSpec) -> Iterator[None]:
+def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
     """Record the project files a compile of `spec`'s loaded kernel reads (a table that a constexpr function
     opens when it runs, not when its module loads) into the module's dependencies."""
     global _READS, _COMPILING
     if not _READS_HOOKED:
         _hook_reads()
-    loaded = _LOADED[_load_key(spec)]
+    loaded = _LOADED[_load_key(spec, target)]
     _COMPILING = _Compile(loaded, [], {})
     _READS = _COMPILING.reads
     try:
@@ -417,7 +541,8 @@ def compile_reads() -> dict[str, str | None]:
     try:
         paths = [path for path in _COMPILING.reads
                  if not os.path.abspath(path).startswith((*_OUTPUT_FOLDERS, _XISA_FOLDER))]
-        return {**_dependency_files({}, paths), **_COMPILING.reused}
+        return {**_dependency_files({}, paths, package_folders=_COMPILING.loaded.package_folders),
+                **_COMPILING.reused}
     finally:
         _READS = recording
 
@@ -502,25 +627,47 @@ def _import_kernel_module(spec: KernelSpec, roots: list[Path], package: tuple[st
             raise SpecError(f"importing {source.name} failed: {type(exc).__name__}: {exc}",
                             path=spec.spec_path, field="source") from None
         return module
-    try:
-        module = importlib.import_module(spec.module)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing and missing != spec.module and spec.module.startswith(missing + "."):
-            raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: its parent package "
-                            f"{missing!r} was not found", path=spec.spec_path, field="module",
-                            fix=f"add {missing.replace('.', '/')}/__init__.py under the project root, or put "
-                                "its parent folder on PYTHONPATH") from None
-        raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: {exc}", path=spec.spec_path,
-                        field="module") from None
-    except Exception as exc:
-        raise SpecError(f"cannot import module {spec.module!r}: {type(exc).__name__}: {exc}",
-                        path=spec.spec_path, field="module") from None
-    origin = Path(getattr(module, "__file__", "") or "")
-    if not any(_within(origin, root) for root in roots):
-        raise SpecError(f"module {spec.module!r} lives outside the project's kernel roots ({origin})",
-                        path=spec.spec_path, field="module")
+    return _import_dotted_module(spec)
+
+
+def _import_dotted_module(spec: KernelSpec):
+    """`module: pkg.sub.mod` from sys.path, wherever it is installed, each parent package first: a parent whose
+    `__init__.py` fails is named, one line (it runs before the kernel, and often imports a whole framework)."""
+    parts = spec.module.split(".")
+    module = None
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name and depth < len(parts):
+                raise SpecError(f"cannot import module {spec.module!r}: its parent package {name!r} was not found",
+                                path=spec.spec_path, field="module",
+                                fix=f"add {name.replace('.', '/')}/__init__.py inside a [tool.xisa] pythonpath "
+                                    "folder, or install the package") from None
+            if exc.name == name:
+                raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: {_first_line(exc)}",
+                                path=spec.spec_path, field="module",
+                                fix="add its folder to [tool.xisa] pythonpath, or install the package") from None
+            raise _import_failure(spec, name, depth == len(parts), exc) from None
+        except Exception as exc:
+            raise _import_failure(spec, name, depth == len(parts), exc) from None
     return module
+
+
+def _import_failure(spec: KernelSpec, name: str, is_kernel: bool, exc: Exception) -> SpecError:
+    if is_kernel:
+        return SpecError(f"cannot import module {spec.module!r}: {type(exc).__name__}: {_first_line(exc)}",
+                         path=spec.spec_path, field="module")
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        found = None
+    where = f" ({found.origin})" if found is not None and found.origin else ""
+    return SpecError(f"cannot import module {spec.module!r}: its parent package {name!r}{where} failed: "
+                     f"{type(exc).__name__}: {_first_line(exc)}", path=spec.spec_path, field="module",
+                     fix="its __init__.py runs before the kernel: make it import without a GPU, or stub what it asks "
+                         "in a [tool.xisa] import_hooks file")
 
 
 def _is_project_module(name: str, module: Any) -> bool:
@@ -541,19 +688,28 @@ def _is_project_module(name: str, module: Any) -> bool:
         return False
 
 
-def _dependency_files(added: dict[str, Any], reads: list[str]) -> dict[str, str | None]:
+def _dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package: str | None = None,
+                      package_folders: tuple[str, ...] = ()) -> dict[str, str | None]:
     """The project files a load read and the files of the project modules it added, with their SHA-256
     (a namespace package's missing __init__.py as None: one appearing would change what the import runs).
-    Bytecode caches are left out: they follow their sources."""
+    The kernel's own package (`kernel_package`, in `package_folders`) counts wholly, even when installed:
+    its modules, the files read in its folders, and the files that would shadow its modules (as None).
+    Bytecode caches are left out: they follow their sources (a load never reads them, see _from_source)."""
     files: dict[str, str | None] = {}
     for path in reads:
-        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS) or _in_environment(path):
+        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS):
+            continue
+        if _in_environment(path) and not (package_folders and os.path.abspath(path).startswith(package_folders)):
             continue
         if os.path.isfile(path):
             files[os.path.abspath(path)] = file_sha256(path)
     for name, module in added.items():
-        if not _is_project_module(name, module):
+        in_kernel_package = kernel_package is not None and name.partition(".")[0] == kernel_package
+        if not (_is_project_module(name, module) or in_kernel_package):
             continue
+        if in_kernel_package and isinstance(module, types.ModuleType):
+            for path, digest in _shadowing_files(name, module).items():
+                files.setdefault(path, digest)
         namespace = vars(module)
         file = namespace.get("__file__")
         if file:

@@ -9,7 +9,7 @@ import copy
 import fnmatch
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class KernelSpec:
     module: str | None
     function: str
     cases: tuple["CaseSpec", ...]
+    pythonpath: tuple[Path, ...] = ()      # [tool.xisa] pythonpath: ahead of sys.path during the load
+    import_hooks: tuple[Path, ...] = ()    # [tool.xisa] import_hooks: run before the load
 
 
 @dataclass(frozen=True)
@@ -266,11 +268,23 @@ def matches_kernel_filter(flt: str, kernel: str, case: str) -> bool:
     return fnmatch.fnmatchcase(kernel, kpat) and (not cpat or fnmatch.fnmatchcase(case, cpat))
 
 
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
 def discover_spec_files(paths: list[Path]) -> list[Path]:
+    """The spec files (`*.yaml`, `*.yml`) in each folder, and each file given; both forms of one name in a
+    folder are refused (which one is the spec would depend on the order files are listed in)."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files.extend(sorted(p for p in path.glob("*.yaml") if p.is_file()))
+            found = sorted(p for p in path.iterdir() if p.suffix in SPEC_SUFFIXES and p.is_file())
+            stems: dict[str, Path] = {}
+            for file in found:
+                if file.stem in stems:
+                    raise SpecError(f"both {stems[file.stem].name} and {file.name} are here", path=str(file),
+                                    field="<file>", fix=f"keep one spec named {file.stem!r}: remove or rename the other")
+                stems[file.stem] = file
+            files.extend(found)
         elif path.is_file():
             files.append(path)
         else:
@@ -278,7 +292,9 @@ def discover_spec_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def load_specs(files: list[Path], *, root: Path) -> list[KernelSpec]:
+def load_specs(files: list[Path], *, root: Path, pythonpath: tuple[Path, ...] = (),
+               import_hooks: tuple[Path, ...] = ()) -> list[KernelSpec]:
+    """The specs of `files`; `pythonpath` and `import_hooks` are the project's settings, part of every load."""
     specs = []
     names: dict[str, str] = {}
     for file in files:
@@ -291,5 +307,5 @@ def load_specs(files: list[Path], *, root: Path) -> list[KernelSpec]:
             raise SpecError(f"kernel name {spec.name!r} is also defined in {names[spec.name]}", path=shown,
                             field="name", fix="give each spec a unique `name`")
         names[spec.name] = shown
-        specs.append(spec)
+        specs.append(replace(spec, pythonpath=tuple(pythonpath), import_hooks=tuple(import_hooks)))
     return specs
