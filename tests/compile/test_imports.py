@@ -216,3 +216,86 @@ def test_an_installed_parent_package_that_fails_is_one_line_naming_it(installed,
     assert message.startswith("kernels/k.yaml: module: cannot import module 'fakelib.ops': its parent package "
                               f"'fakelib' ({installed / 'fakelib' / '__init__.py'}) failed: ")
     assert "(fix: " in message
+
+
+# --- d, i. GPU queries at import answered for the load's target; import hooks -----------------------------
+
+@pytest.fixture
+def gpu_project(tmp_path) -> Path:
+    import shutil
+
+    from conftest import FIXTURES
+
+    return Path(shutil.copytree(FIXTURES / "imports", tmp_path / "proj"))
+
+
+def _load_for(root: Path, kernel: str, target: str):
+    from xisa.api import open_workspace
+    from xisa.compile.bind import load_kernel_function
+
+    ws = open_workspace(cwd=root)
+    spec = next(s for s in ws.specs if s.name == kernel)
+    return load_kernel_function(spec, roots=list(ws.project.kernel_roots), target=ws.targets[target])
+
+
+def test_the_current_target_at_import_is_the_loads_and_each_target_loads_its_own(gpu_project):
+    from triton.runtime.driver import driver
+
+    maxima = {name: _load_for(gpu_project, "fp8", name).fn.__globals__["FP8_MAX"].value for name in ("gfx942", "gfx950")}
+    assert maxima == {"gfx942": 240.0, "gfx950": 448.0}
+    assert driver._active is None                    # the machine's driver is back as it was (none chosen)
+
+
+def test_a_module_that_never_asks_the_target_loads_once_for_every_target(gpu_project):
+    _write(gpu_project, {"kernels/plain.py": KERNEL.format(imports="SCALE = tl.constexpr(2.0)"),
+                         "kernels/plain.yaml": SPEC.format(name="plain", module="x", targets="gfx942, gfx950")
+                         .replace("module: x", "source: plain.py")})
+    assert _load_for(gpu_project, "plain", "gfx942") is _load_for(gpu_project, "plain", "gfx950")
+
+
+def test_an_import_time_platform_constant_compiles_as_the_per_target_override(gpu_project, tmp_path):
+    results = _compile(gpu_project, tmp_path / "cache")
+    sha = {cell: result[2] for cell, result in results.items() if cell.startswith("fp8:")}
+    assert all(sha.values()), results
+    for target in ("gfx942", "gfx950"):
+        assert sha[f"fp8:from_import@{target}"] == sha[f"fp8:per_target@{target}"]
+    assert sha["fp8:from_import@gfx942"] != sha["fp8:ocp@gfx942"]      # the constant decides the code
+    assert sha["fp8:from_import@gfx950"] == sha["fp8:ocp@gfx950"]
+    again = _compile(gpu_project, tmp_path / "cache")
+    assert {cell: r[:3] for cell, r in again.items() if cell.startswith("fp8:")} == \
+        {cell: ("ok", True, sha[cell]) for cell in sha}                # per-target loads are cached per target
+
+
+def test_torch_cuda_at_import_fails_in_one_line_without_a_hook(gpu_project):
+    with pytest.raises(SpecError) as caught:
+        _load_for(gpu_project, "props", "gfx942")
+    message = str(caught.value)
+    assert message.startswith("kernels/props.yaml: source: importing props.py failed: ") and "\n" not in message
+
+
+def test_an_import_hook_answers_torch_cuda_for_the_target_and_is_undone(gpu_project, tmp_path, monkeypatch):
+    import torch
+
+    from xisa.compile import bind
+
+    (gpu_project / "pyproject.toml").write_text(_pyproject(import_hooks=["tests/xisa_stubs.py"]))
+    sms = {name: _load_for(gpu_project, "props", name).fn.__globals__["NUM_SMS"] for name in ("gfx942", "sm_90")}
+    assert sms == {"gfx942": 304, "sm_90": 132}
+    assert torch.cuda.is_available() is False                        # the stub ends with the load
+    # compile workers fork from this process: start them without its loads, as `xisa check` starts them
+    monkeypatch.setattr(bind, "_LOADED", {})
+    monkeypatch.setattr(bind, "_PER_TARGET", set())
+    results = _compile(gpu_project, tmp_path / "cache")
+    assert results["props:c@gfx942"][0] == results["props:c@sm_90"][0] == "ok", results
+    hook = gpu_project / "tests" / "xisa_stubs.py"
+    hook.write_text(hook.read_text().replace('"gfx942": 304', '"gfx942": 228'))
+    edited = _compile(gpu_project, tmp_path / "cache")
+    assert not edited["props:c@gfx942"][1] and edited["props:c@gfx942"][2] != results["props:c@gfx942"][2]
+
+
+def test_a_hook_without_the_context_manager_is_one_line(gpu_project):
+    (gpu_project / "tests" / "xisa_stubs.py").write_text("X = 1\n")
+    (gpu_project / "pyproject.toml").write_text(_pyproject(import_hooks=["tests/xisa_stubs.py"]))
+    with pytest.raises(SpecError, match=r"^pyproject.toml: tool.xisa.import_hooks: xisa_stubs.py defines no "
+                                        r"xisa_import_hook\(target\) \(fix: "):
+        _load_for(gpu_project, "fp8", "gfx942")

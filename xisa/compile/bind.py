@@ -469,10 +469,11 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> _LoadedM
     before = set(sys.modules)
     _READS, _ENV_READS = reads, variables = [], set()
     try:
-        with _watched_environment(), _from_source(), _target_driver(target) as driver:
+        with _watched_environment(), _from_source(), _target_driver(target) as driver, \
+                contextlib.ExitStack() as hooks:
             sys.path[:0] = [str(folder) for folder in spec.pythonpath]   # [tool.xisa] pythonpath, ahead of the rest
             for hook in spec.import_hooks:
-                _run_import_hook(spec, hook)
+                hooks.enter_context(_import_hook(hook, target, driver))
             module = _import_kernel_module(spec, roots, package)
         _READS, _ENV_READS = None, None  # hashing the files below reads them too
         added = {name: sys.modules[name] for name in set(sys.modules) - before}
@@ -500,16 +501,46 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> _LoadedM
                          package_folders=package_folders, asked_target=driver.asked_target)
 
 
-def _run_import_hook(spec: KernelSpec, hook: Path) -> None:
-    """Run a `[tool.xisa] import_hooks` file before the kernel module loads (it stubs what the module asks the GPU
-    at import); a failure is one line naming it."""
+IMPORT_HOOK = "xisa_import_hook"
+
+
+def _import_hook(hook: Path, target, driver: LoadTargetDriver):
+    """A `[tool.xisa] import_hooks` file's `xisa_import_hook(target)` context manager, entered around the kernel
+    module's import (it stubs what the module asks the GPU at import, and undoes it on exit). It is given the
+    load's GPUTarget, so a load with hooks is one per target."""
+    where = {"path": "pyproject.toml", "field": "tool.xisa.import_hooks"}
     loader_spec = importlib.util.spec_from_file_location(f"xisa_import_hook_{hook.stem}", hook)
     module = importlib.util.module_from_spec(loader_spec)
     try:
         loader_spec.loader.exec_module(module)
+        factory = getattr(module, IMPORT_HOOK, None)
+        if not callable(factory):
+            raise SpecError(f"{hook.name} defines no {IMPORT_HOOK}(target)", **where,
+                            fix=f"define @contextlib.contextmanager def {IMPORT_HOOK}(target): ... yield")
+        if target is not None:
+            driver.asked_target = True
+        manager = factory(target.gpu_target() if target is not None else None)
+        if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
+            raise SpecError(f"{hook.name}: {IMPORT_HOOK}(target) returned no context manager", **where,
+                            fix="decorate it with @contextlib.contextmanager and yield once")
+    except SpecError:
+        raise
     except Exception as exc:
         raise SpecError(f"the import hook {hook.name} failed: {type(exc).__name__}: {_first_line(exc)}",
-                        path="pyproject.toml", field="tool.xisa.import_hooks") from None
+                        **where) from None
+    return _entered_hook(hook, manager, where)
+
+
+@contextlib.contextmanager
+def _entered_hook(hook: Path, manager, where: dict) -> Iterator[None]:
+    try:
+        manager.__enter__()
+    except Exception as exc:
+        raise SpecError(f"the import hook {hook.name} failed: {type(exc).__name__}: {_first_line(exc)}",
+                        **where) from None
+    with contextlib.ExitStack() as stack:
+        stack.push(manager)
+        yield
 
 
 def _first_line(exc: Exception) -> str:
