@@ -299,3 +299,20 @@ def test_a_hook_without_the_context_manager_is_one_line(gpu_project):
     with pytest.raises(SpecError, match=r"^pyproject.toml: tool.xisa.import_hooks: xisa_stubs.py defines no "
                                         r"xisa_import_hook\(target\) \(fix: "):
         _load_for(gpu_project, "fp8", "gfx942")
+
+
+def test_while_a_cell_binds_and_compiles_the_current_target_is_the_cells(gpu_project):
+    """A heuristic or launch helper calling a tutorial's is_hip() while the cell binds gets the cell's target."""
+    import triton
+    from triton.runtime.driver import driver
+
+    from xisa.api import open_workspace
+    from xisa.compile.bind import compiling
+
+    ws = open_workspace(cwd=gpu_project)
+    spec = next(s for s in ws.specs if s.name == "fp8")
+    for name in ("gfx942", "gfx950"):
+        _load_for(gpu_project, "fp8", name)
+        with compiling(spec, ws.targets[name]):
+            assert triton.runtime.driver.active.get_current_target() == ws.targets[name].gpu_target()
+    assert driver._active is None

@@ -724,7 +724,8 @@ def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
     _COMPILING = _Compile(loaded, [], {})
     _READS = _COMPILING.reads
     try:
-        yield
+        with _target_driver(target) if target is not None else contextlib.nullcontext():
+            yield   # a heuristic or constexpr function asking the current target gets the cell's
     finally:
         loaded.compile_reads.update(compile_reads())
         _READS, _COMPILING = None, None
