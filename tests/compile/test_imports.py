@@ -316,3 +316,20 @@ def test_while_a_cell_binds_and_compiles_the_current_target_is_the_cells(gpu_pro
         with compiling(spec, ws.targets[name]):
             assert triton.runtime.driver.active.get_current_target() == ws.targets[name].gpu_target()
     assert driver._active is None
+
+
+def test_a_regular_package_appearing_over_an_installed_namespace_package_recompiles(installed, tmp_path):
+    """`fakens` is a namespace package (no __init__.py) in the site folder; a regular `fakens` put anywhere on the
+    path wins over every namespace portion: the entry keyed on the namespace's files must not answer."""
+    _write(installed, {"fakens/ops.py": FAKE["fakelib/ops.py"].replace("fakelib.consts", "fakens.consts"),
+                       "fakens/consts.py": FAKE["fakelib/consts.py"]})
+    root = _write(tmp_path / "proj", {"pyproject.toml": _pyproject(pythonpath=["vendor"]),
+                                      "kernels/k.yaml": SPEC.format(name="k", module="fakens.ops", targets="gfx942")})
+    (root / "vendor").mkdir()
+    cache = tmp_path / "cache"
+    first = _compile(root, cache)["k:c@gfx942"]
+    assert first[0] == "ok", first
+    _write(root / "vendor", {"fakens/__init__.py": "", "fakens/ops.py": FAKE["fakelib/ops.py"].replace(
+        "fakelib.consts", "fakens.consts"), "fakens/consts.py": FAKE["fakelib/consts.py"].replace("2.0", "6.0")})
+    shadowed = _compile(root, cache)["k:c@gfx942"]
+    assert shadowed[0] == "ok" and not shadowed[1] and shadowed[2] != first[2]

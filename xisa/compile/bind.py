@@ -564,18 +564,20 @@ def _shadowing_files(name: str, module: Any) -> dict[str, None]:
 
     namespace = vars(module)
     origin = namespace.get("__file__")
-    if not origin:
+    if not origin and not namespace.get("__path__"):
         return {}
     parent, _, leaf = name.rpartition(".")
     if parent:
         folders = list(vars(sys.modules[parent]).get("__path__") or []) if parent in sys.modules else []
     else:
         folders = [entry or os.getcwd() for entry in sys.path]
-    serving = os.path.dirname(os.path.dirname(origin)) if origin.endswith("__init__.py") else os.path.dirname(origin)
+    # A namespace package is served only while no folder at all holds a regular module of its name.
+    serving = None if not origin else \
+        os.path.dirname(os.path.dirname(origin)) if origin.endswith("__init__.py") else os.path.dirname(origin)
     absent: dict[str, None] = {}
     for folder in folders:
         folder = os.path.abspath(folder)
-        if folder == os.path.abspath(serving):
+        if serving is not None and folder == os.path.abspath(serving):
             break
         absent[os.path.join(folder, leaf, "__init__.py")] = None
         absent.update((os.path.join(folder, leaf + suffix), None) for suffix in importlib.machinery.all_suffixes())
