@@ -77,7 +77,7 @@ def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None
         raise SpecError("no kernel specs found", path=", ".join(project.display(p) for p in project.spec_paths),
                         fix="add kernels/<name>.yaml or pass --spec PATH")
     roots = list(project.kernel_roots)
-    specs = load_specs(files, root=project.root,
+    specs = load_specs(files, root=project.root, pythonpath=project.pythonpath, import_hooks=project.import_hooks,
                        count_configs=lambda spec, field: count_configs(spec, field, roots=roots))
     return Workspace(project=project, targets=targets, specs=specs)
 

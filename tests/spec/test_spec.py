@@ -266,3 +266,28 @@ def test_expectations_are_parsed_once_when_the_spec_loads(tmp_path, targets):
     cell = build_cells([load_spec(write(tmp_path, text))], select_targets(targets, ["gfx1100"]))[0]
     [(pattern, [check])] = [(p, list(checks)) for p, checks in cell.expect]
     assert (pattern, check.key, check.condition) == ("gfx11*", "v_cvt*fp8*", Condition(">=", 2))
+
+
+# --- issue 14, item 4: specs may be *.yml ---------------------------------------------------------------
+
+def test_yml_and_yaml_specs_are_both_found(tmp_path):
+    from xisa.spec.cases import discover_spec_files, load_specs
+
+    write(tmp_path, BASE, name="first.yaml")
+    write(tmp_path, BASE, name="second.yml")
+    (tmp_path / "notes.txt").write_text("not a spec\n")
+    files = discover_spec_files([tmp_path])
+    assert [f.name for f in files] == ["first.yaml", "second.yml"]
+    assert [spec.name for spec in load_specs(files, root=tmp_path)] == ["first", "second"]
+
+
+def test_one_name_as_both_yaml_and_yml_is_an_error(tmp_path):
+    from xisa.spec.cases import discover_spec_files
+
+    write(tmp_path, BASE, name="gemm.yaml")
+    write(tmp_path, BASE, name="gemm.yml")
+    with pytest.raises(SpecError) as caught:
+        discover_spec_files([tmp_path])
+    message = str(caught.value)
+    assert "gemm.yaml" in message and "gemm.yml" in message and "\n" not in message
+    assert "(fix: keep one spec named 'gemm'" in message

@@ -45,7 +45,9 @@ _TL_DTYPES = {
     "fp8e4nv": "float8e4nv", "fp8e4b8": "float8e4b8", "fp8e5": "float8e5", "fp8e5b16": "float8e5b16",
     "i1": "int1",
 }
-_TENSOR_KEYS = {"tensor", "shape", "align", "large"}
+_TENSOR_KEYS = {"tensor", "shape", "strides", "offset", "storage", "align", "large"}
+_DESCRIPTOR_KEYS = {"descriptor", "shape", "strides", "block_shape", "padding"}
+_DERIVED_KINDS = ("stride", "size", "numel")
 
 
 def known_dtypes() -> list[str]:
@@ -65,13 +67,15 @@ def torch_dtype(name: str, *, path: str, field: str):
 
 
 class StandInTensor:
-    """Answers what Triton's specializer asks of a tensor: dtype, data_ptr() and ptr_range()."""
+    """Answers what Triton's specializer asks of a tensor: dtype, data_ptr() and ptr_range(); and its shape and
+    strides, for the ints derived from it (`{stride: x_ptr, dim: 0}`) and a tensor descriptor's base."""
 
     _BASE_ADDRESS = 1 << 32  # any 256-byte aligned address
 
-    def __init__(self, dtype, shape: tuple[int, ...], align: int, nbytes: int):
+    def __init__(self, dtype, shape: tuple[int, ...], align: int, nbytes: int, strides: tuple[int, ...] | None = None):
         self.dtype = dtype
         self.shape = shape
+        self.strides = strides if strides is not None else contiguous_strides(shape)
         self._align = align
         self._nbytes = nbytes
 
@@ -80,60 +84,215 @@ class StandInTensor:
         return self._BASE_ADDRESS + (self._align if self._align < 16 else 0)
 
     def ptr_range(self) -> int:
+        # Triton's AMD backend judges a torch tensor by `untyped_storage().size()`: the whole allocation in bytes.
         return self._nbytes
 
-    # What @triton.heuristics and autotune pre_hooks commonly read of a tensor (a contiguous one's answers).
+    def stride(self, dim: int | None = None):
+        return self.strides if dim is None else self.strides[dim]
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    # What @triton.heuristics and autotune pre_hooks commonly read of a tensor.
     def numel(self) -> int:
         return math.prod(self.shape)
 
     def element_size(self) -> int:
         return self.dtype.itemsize
 
-    def stride(self, dim: int | None = None):
-        strides = tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))
-        return strides if dim is None else strides[dim]
-
     def zero_(self) -> "StandInTensor":   # a pre_hook zeroing an output: data, not code
         return self
 
     def __repr__(self) -> str:
-        return f"StandInTensor({self.dtype}, shape={list(self.shape)}, align={self._align}, nbytes={self._nbytes})"
+        return (f"StandInTensor({self.dtype}, shape={list(self.shape)}, strides={list(self.strides)}, "
+                f"align={self._align}, nbytes={self._nbytes})")
+
+
+def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """The strides, in elements, torch gives a contiguous tensor of `shape` (a size-1 dim's stride included)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _int_list(value: Any, *, path: str, field: str, minimum: int, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+                                              for v in value):
+        raise SpecError(f"{field.rpartition('.')[2]} must be a list of {what}", path=path, field=field)
+    return value
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class DerivedInt:
+    """An int argument taken from a tensor stand-in of the same case: `{stride: x_ptr, dim: 0}`,
+    `{size: x_ptr, dim: 1}`, `{numel: x_ptr}` (resolved in `bind_cell`, once every stand-in is made)."""
+
+    kind: str        # stride, size or numel
+    tensor: str      # the argument naming the stand-in
+    dim: int | None
+
+
+def _derived_int(value: dict, *, path: str, field: str) -> DerivedInt:
+    kinds = [k for k in _DERIVED_KINDS if k in value]
+    unknown = sorted(set(value) - set(_DERIVED_KINDS) - {"dim"})
+    if len(kinds) != 1 or unknown:
+        raise SpecError(f"an int taken from a tensor is one of {{stride: T, dim: D}}, {{size: T, dim: D}}, "
+                        f"{{numel: T}}, got {sorted(value)}", path=path, field=field,
+                        fix="e.g. stride_am: {stride: a_ptr, dim: 0}")
+    kind = kinds[0]
+    tensor = value[kind]
+    if not isinstance(tensor, str) or not tensor.isidentifier():
+        raise SpecError(f"{kind} must name a tensor argument", path=path, field=f"{field}.{kind}")
+    dim = value.get("dim")
+    if kind == "numel":
+        if dim is not None:
+            raise SpecError("numel takes no dim", path=path, field=f"{field}.dim", fix="{numel: T} is every element")
+    elif not _whole(dim):
+        raise SpecError(f"{kind} needs an int dim", path=path, field=f"{field}.dim", fix=f"{{{kind}: {tensor}, dim: 0}}")
+    return DerivedInt(kind, tensor, dim)
+
+
+def resolve_derived(value: DerivedInt, standins: dict[str, Any], *, path: str, field: str) -> int:
+    """The int a launch would pass: `x.stride(dim)`, `x.shape[dim]` or `x.numel()` of the case's stand-in."""
+    tensor = standins.get(value.tensor)
+    if not isinstance(tensor, StandInTensor):
+        tensors = sorted(name for name, v in standins.items() if isinstance(v, StandInTensor))
+        near = difflib.get_close_matches(value.tensor, tensors, n=1)
+        what = "is not a tensor argument" if value.tensor in standins else "is no argument of the case"
+        raise SpecError(f"{value.tensor!r} {what}", path=path, field=f"{field}.{value.kind}",
+                        fix=f"did you mean {near[0]!r}?" if near else f"tensor arguments: {', '.join(tensors) or 'none'}")
+    if value.kind == "numel":
+        return tensor.numel()
+    rank = len(tensor.shape)
+    if not -rank <= value.dim < rank:
+        raise SpecError(f"dim {value.dim} is out of range for {value.tensor!r} of shape {list(tensor.shape)}",
+                        path=path, field=f"{field}.dim", fix=f"a dim from {-rank} to {rank - 1}")
+    return tensor.stride(value.dim) if value.kind == "stride" else tensor.size(value.dim)
+
+
+def _storage_bytes(value: Any, itemsize: int, *, path: str, field: str) -> int:
+    """`storage:` as bytes: an int of bytes, or `{elements: N}` of the stand-in's dtype."""
+    if isinstance(value, dict) and set(value) == {"elements"} and _whole(value["elements"]) and value["elements"] > 0:
+        return value["elements"] * itemsize
+    if _whole(value) and value > 0:
+        return value
+    raise SpecError("storage must be a positive number of bytes or {elements: N}", path=path, field=field,
+                    fix="e.g. storage: 4294967296, or storage: {elements: 2147483648}")
+
+
+def _offset_alignment(offset_bytes: int) -> int:
+    """The largest of 1, 2, 4, 8, 16 dividing a view's byte offset from its (256-byte aligned) storage."""
+    align = 16
+    while offset_bytes % align:
+        align //= 2
+    return align
+
+
+def make_tensor(value: dict, *, path: str, field: str) -> StandInTensor:
+    """A `{tensor: ...}` spec value -> its stand-in: a view (`shape`, `strides`, `offset` in elements) of a storage
+    (`storage`, default: just what the view spans) that Triton judges for `large`."""
+    unknown = set(value) - _TENSOR_KEYS
+    if unknown or "tensor" not in value:
+        bad = sorted(unknown)[0] if unknown else "tensor"
+        raise SpecError(f"a tensor stand-in takes {sorted(_TENSOR_KEYS)}, got {bad!r}", path=path,
+                        field=f"{field}.{bad}", fix="e.g. {tensor: bf16, shape: [128, 64]}")
+    dtype = torch_dtype(str(value["tensor"]), path=path, field=f"{field}.tensor")
+    shape = value.get("shape", [1])
+    if not isinstance(shape, list) or not all(_whole(s) and s > 0 for s in shape):
+        raise SpecError("shape must be a list of positive ints", path=path, field=f"{field}.shape")
+    strides = None
+    if "strides" in value:
+        strides = _int_list(value["strides"], path=path, field=f"{field}.strides", minimum=0, what="ints >= 0")
+        if len(strides) != len(shape):
+            raise SpecError(f"strides has {len(strides)} entries for a shape of {len(shape)}", path=path,
+                            field=f"{field}.strides", fix="give one stride (in elements) per dim")
+    offset = value.get("offset", 0)
+    if not _whole(offset) or offset < 0:
+        raise SpecError("offset must be an int >= 0 (elements from the storage's start)", path=path,
+                        field=f"{field}.offset")
+    itemsize = dtype.itemsize
+    align = value.get("align")
+    if align is not None and align not in (1, 2, 4, 8, 16):
+        raise SpecError(f"align {align!r} must be 1, 2, 4, 8 or 16", path=path, field=f"{field}.align")
+    if "offset" in value:
+        derived = _offset_alignment(offset * itemsize)
+        if align is not None and align != derived:
+            raise SpecError(f"align {align} contradicts offset {offset} ({offset * itemsize} bytes: aligned to "
+                            f"{derived})", path=path, field=f"{field}.align", fix="drop align: the offset decides it")
+        align = derived
+    align = 16 if align is None else align
+    view_strides = tuple(strides) if strides is not None else contiguous_strides(shape)
+    span = 1 + sum((size - 1) * stride for size, stride in zip(shape, view_strides))
+    needed = (offset + span) * itemsize
+    nbytes = needed
+    if "storage" in value:
+        nbytes = _storage_bytes(value["storage"], itemsize, path=path, field=f"{field}.storage")
+        if nbytes < needed:
+            raise SpecError(f"storage of {nbytes} bytes is smaller than the view's end ({needed} bytes: offset "
+                            f"{offset} + {span} elements of {itemsize} bytes)", path=path, field=f"{field}.storage",
+                            fix="give the whole allocation's size")
+    large = value.get("large")
+    if large not in (None, True, False):
+        raise SpecError("large must be true or false", path=path, field=f"{field}.large")
+    if "storage" in value and large is not None and large != (nbytes > TWO_GIB):
+        raise SpecError(f"large: {str(large).lower()} contradicts storage of {nbytes} bytes (large means over "
+                        f"{TWO_GIB} bytes)", path=path, field=f"{field}.large", fix="drop large: storage decides it")
+    if large is False and nbytes > TWO_GIB:
+        raise SpecError(f"shape {shape} is {nbytes} bytes, over 2 GiB, but large is false", path=path,
+                        field=f"{field}.large", fix="drop `large: false` or shrink the shape")
+    if large:
+        nbytes = max(nbytes, TWO_GIB + 1)
+    return StandInTensor(dtype, tuple(shape), align, nbytes, view_strides)
 
 
 def make_standin(value: Any, *, path: str, field: str) -> Any:
-    """A spec argument value -> the object a launch would pass."""
+    """A spec argument value -> the object a launch would pass (a DerivedInt is resolved by `bind_cell`)."""
     if isinstance(value, str) and value.startswith("*"):
         value = {"tensor": value[1:]}
     if isinstance(value, dict):
-        unknown = set(value) - _TENSOR_KEYS
-        if unknown or "tensor" not in value:
-            bad = sorted(unknown)[0] if unknown else "tensor"
-            raise SpecError(f"a tensor stand-in takes {sorted(_TENSOR_KEYS)}, got {bad!r}", path=path,
-                            field=f"{field}.{bad}", fix="e.g. {tensor: bf16, shape: [128, 64]}")
-        dtype = torch_dtype(str(value["tensor"]), path=path, field=f"{field}.tensor")
-        shape = value.get("shape", [1])
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
-            raise SpecError("shape must be a list of positive ints", path=path, field=f"{field}.shape")
-        align = value.get("align", 16)
-        if align not in (1, 2, 4, 8, 16):
-            raise SpecError(f"align {align!r} must be 1, 2, 4, 8 or 16", path=path, field=f"{field}.align")
-        numel = 1
-        for size in shape:
-            numel *= size
-        nbytes = numel * dtype.itemsize
-        large = value.get("large")
-        if large not in (None, True, False):
-            raise SpecError("large must be true or false", path=path, field=f"{field}.large")
-        if large is False and nbytes > TWO_GIB:
-            raise SpecError(f"shape {shape} is {nbytes} bytes, over 2 GiB, but large is false", path=path,
-                            field=f"{field}.large", fix="drop `large: false` or shrink the shape")
-        if large:
-            nbytes = max(nbytes, TWO_GIB + 1)
-        return StandInTensor(dtype, tuple(shape), align, nbytes)
+        if "tensor" in value:
+            return make_tensor(value, path=path, field=field)
+        if "descriptor" in value:
+            return make_descriptor(value, path=path, field=field)
+        if any(kind in value for kind in _DERIVED_KINDS):
+            return _derived_int(value, path=path, field=field)
+        return make_tensor(value, path=path, field=field)   # names the missing `tensor`
     if value is None or isinstance(value, (bool, int, float)):
         return value
     raise SpecError(f"unsupported argument value {value!r}", path=path, field=field,
-                    fix="use a tensor ({tensor: bf16}), an int, a float, a bool or null")
+                    fix="use a tensor ({tensor: bf16}), a descriptor, an int, a float, a bool or null")
+
+
+def make_descriptor(value: dict, *, path: str, field: str):
+    """`{descriptor: bf16, shape: [M, K], strides: [K, 1], block_shape: [BM, BK]}` -> the host-side
+    `triton.tools.tensor_descriptor.TensorDescriptor` a TMA launch passes, over a stand-in of its base tensor."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    unknown = sorted(set(value) - _DESCRIPTOR_KEYS)
+    missing = sorted({"descriptor", "shape", "block_shape"} - set(value))
+    if unknown or missing:
+        bad = (unknown or missing)[0]
+        raise SpecError(f"a descriptor takes {sorted(_DESCRIPTOR_KEYS)} ({'unknown' if unknown else 'missing'}: "
+                        f"{bad!r})", path=path, field=f"{field}.{bad}",
+                        fix="e.g. {descriptor: bf16, shape: [512, 256], block_shape: [64, 64]}")
+    shape = _int_list(value["shape"], path=path, field=f"{field}.shape", minimum=1, what="positive ints")
+    block_shape = _int_list(value["block_shape"], path=path, field=f"{field}.block_shape", minimum=1,
+                            what="positive ints")
+    strides = value.get("strides")
+    base_value = {"tensor": value["descriptor"], "shape": shape, **({"strides": strides} if strides is not None else {})}
+    base = make_tensor(base_value, path=path, field=field)
+    try:
+        return TensorDescriptor(base, list(shape), list(base.strides), list(block_shape),
+                                padding=value.get("padding", "zero"))
+    except (AssertionError, ValueError, TypeError) as exc:
+        raise SpecError(f"Triton refuses this descriptor: {exc or type(exc).__name__}", path=path, field=field,
+                        fix="block_shape: powers of two; strides: last 1, others a multiple of 16 bytes") from None
 
 
 def constexpr_value(value: Any, *, path: str, field: str) -> Any:
@@ -154,17 +313,21 @@ def constexpr_value(value: Any, *, path: str, field: str) -> Any:
                     field=field, fix="use an int, float, bool, string or {dtype: NAME}")
 
 
-def load_kernel_object(spec: KernelSpec, *, roots: list[Path]):
-    """Import the spec's module (only from the configured roots) and return what `function:` names: a JITFunction,
-    or an @triton.autotune / @triton.heuristics object around one (`unwrap_kernel` takes it apart).
+def load_kernel_object(spec: KernelSpec, *, roots: list[Path], target=None):
+    """Import the spec's module and return what `function:` names: a JITFunction, or an @triton.autotune /
+    @triton.heuristics object around one (`unwrap_kernel` takes it apart); `target` (a Target) is the one
+    the load is for.
 
-    The module is loaded once per process in a namespace of its own (`_load_isolated`), and the
-    project files the load imported are recorded for the result cache (`kernel_dependencies`).
+    The module is loaded once per process in a namespace of its own (`_load_isolated`), once per target
+    when its load asked the driver for the current target, and the files the load imported are recorded
+    for the result cache (`kernel_dependencies`).
     """
-    loaded = _LOADED.get(_load_key(spec))
+    loaded = _LOADED.get(_load_key(spec, target))
     if loaded is None:
-        loaded = _load_isolated(spec, roots)
-        _LOADED[_load_key(spec)] = loaded
+        loaded = _load_isolated(spec, roots, target)
+        if loaded.asked_target:
+            _PER_TARGET.add(_load_key(spec))
+        _LOADED[_load_key(spec, target)] = loaded
     module = loaded.module
     fn = getattr(module, spec.function, None)
     if fn is None:
@@ -176,9 +339,9 @@ def load_kernel_object(spec: KernelSpec, *, roots: list[Path]):
     return fn
 
 
-def load_kernel_function(spec: KernelSpec, *, roots: list[Path]):
+def load_kernel_function(spec: KernelSpec, *, roots: list[Path], target=None):
     """The @triton.jit function the spec names, itself or inside its autotune/heuristics wrappers."""
-    return unwrap_kernel(load_kernel_object(spec, roots=roots), spec)[0]
+    return unwrap_kernel(load_kernel_object(spec, roots=roots, target=target), spec)[0]
 
 
 def _is_kernel_object(value: Any) -> bool:
@@ -279,10 +442,10 @@ def select_config(tuner, chosen: Any, spec: KernelSpec, field: str) -> tuple[int
     return matches[0], configs[matches[0]]
 
 
-def kernel_dependencies(spec: KernelSpec) -> dict[str, str | None] | None:
+def kernel_dependencies(spec: KernelSpec, target=None) -> dict[str, str | None] | None:
     """What compiling `spec`'s kernel used -> SHA-256 (None: must stay absent), or None if not loaded: the files
     and environment variables (`$NAME`) its module's load read, and the project files its compiles read."""
-    loaded = _LOADED.get(_load_key(spec))
+    loaded = _LOADED.get(_load_key(spec, target))
     return {**loaded.dependencies, **loaded.compile_reads} if loaded is not None else None
 
 
@@ -291,10 +454,14 @@ class _LoadedModule:
     module: Any
     dependencies: dict[str, str | None]     # what the load read: files, and `$NAME` for a variable
     compile_reads: dict[str, str | None] = field(default_factory=dict)   # files its compiles read, so far
+    package_folders: tuple[str, ...] = ()   # the kernel's own package: its files count wherever it is installed
+    asked_target: bool = False              # the load asked the driver for the current target: one per target
 
 
-# Per process: a forked compile worker loads each spec's module once, however many cells it compiles.
+# Per process: a forked compile worker loads each spec's module once, however many cells it compiles
+# (once per target for the specs in _PER_TARGET, whose module asked which target it runs on).
 _LOADED: dict[tuple, _LoadedModule] = {}
+_PER_TARGET: set[tuple] = set()
 
 # Kernel files never live here, and reading some of these never ends.
 _SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
@@ -313,11 +480,66 @@ def dependency_digest(name: str) -> str | None:
     return file_sha256(name)
 
 
-def _load_key(spec: KernelSpec) -> tuple:
-    return (str(spec.spec_file), str(spec.source_file), spec.module)
+def _load_key(spec: KernelSpec, target=None) -> tuple:
+    key = (str(spec.spec_file), str(spec.source_file), spec.module)
+    return key + (getattr(target, "name", None),) if key in _PER_TARGET else key
 
 
-def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
+class LoadTargetDriver:
+    """Triton's active driver while a kernel module loads: it answers `get_current_target()` with the target the
+    load is for (a module sizing a kernel from it then gets that target's value, and the module is loaded once
+    per target) and `get_active_torch_device()` with the device a launch would use. Any other query goes to the
+    machine's own driver where there is one, else is an error naming it (an invented answer would compile
+    something else)."""
+
+    def __init__(self, target, real):
+        self._target = target
+        self._real = real
+        self.asked_target = False
+
+    def get_current_target(self):
+        if self._target is None:
+            if self._real is not None:
+                return self._real.get_current_target()
+            raise RuntimeError("xisa loads this kernel for no particular target, so it has no current target")
+        self.asked_target = True
+        return self._target.gpu_target()
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cuda")   # what a launch on either vendor's GPU uses (ROCm's torch says cuda too)
+
+    def is_active(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._real is not None:
+            return getattr(self._real, name)
+        raise RuntimeError(f"the kernel module asked the GPU driver for {name!r} at import; xisa compiles without a "
+                           "GPU: compute it in the launch function, or stub it (docs/spec-format.md, import hooks)")
+
+
+@contextlib.contextmanager
+def _target_driver(target) -> Iterator[LoadTargetDriver]:
+    from triton.runtime.driver import driver
+
+    saved = driver._active
+    try:
+        real = driver.active     # the machine's GPU driver; none on a machine without a GPU
+    except RuntimeError:
+        real = None
+    stand_in = LoadTargetDriver(target, real)
+    driver.set_active(stand_in)
+    try:
+        yield stand_in
+    finally:
+        driver._active = saved
+
+
+def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> _LoadedModule:
     """Import the kernel module with no project module of an earlier load in sight, record what it read, and
     undo what it changed in the process.
 
@@ -339,7 +561,12 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
     saved_path = list(sys.path)
     saved_environ, saved_knobs = dict(os.environ), _knob_settings()
     package = _package_of(spec.source_file, roots) if spec.source_file is not None else None
-    top = package[0].partition(".")[0] if package else None
+    if package:
+        top = package[0].partition(".")[0]
+    elif spec.module is not None and spec.module.partition(".")[0] not in _ENVIRONMENT_PACKAGES:
+        top = spec.module.partition(".")[0]   # an installed package's files count too: it is the kernel
+    else:
+        top = None
 
     def isolated(name: str, module: Any) -> bool:
         return _is_project_module(name, module) or (top is not None and name.partition(".")[0] == top)
@@ -350,11 +577,17 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
     before = set(sys.modules)
     _READS, _ENV_READS = reads, variables = [], set()
     try:
-        with _watched_environment(), _from_source():
+        with _watched_environment(), _from_source(), _target_driver(target) as driver, \
+                contextlib.ExitStack() as hooks:
+            sys.path[:0] = [str(folder) for folder in spec.pythonpath]   # [tool.xisa] pythonpath, ahead of the rest
+            for hook in spec.import_hooks:
+                hooks.enter_context(_import_hook(hook, target, driver))
             module = _import_kernel_module(spec, roots, package)
         _READS, _ENV_READS = None, None  # hashing the files below reads them too
         added = {name: sys.modules[name] for name in set(sys.modules) - before}
-        dependencies = _dependency_files(added, reads)
+        package_folders = _package_folders(added, top)
+        dependencies = _dependency_files(added, reads, kernel_package=top, package_folders=package_folders)
+        dependencies.update({str(hook): file_sha256(str(hook)) for hook in spec.import_hooks})
         dependencies.update({ENVIRONMENT_ENTRY + name: dependency_digest(ENVIRONMENT_ENTRY + name)
                              for name in sorted(variables) if not toolchain_variable(name)})
     finally:
@@ -372,7 +605,91 @@ def _load_isolated(spec: KernelSpec, roots: list[Path]) -> _LoadedModule:
                         "would depend on which kernel loaded first", path=spec.spec_path,
                         field="source" if spec.source_file else "module",
                         fix="remove the setting from the module (xisa compiles every kernel as a default launch)")
-    return _LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())))
+    return _LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())),
+                         package_folders=package_folders, asked_target=driver.asked_target)
+
+
+IMPORT_HOOK = "xisa_import_hook"
+
+
+def _import_hook(hook: Path, target, driver: LoadTargetDriver):
+    """A `[tool.xisa] import_hooks` file's `xisa_import_hook(target)` context manager, entered around the kernel
+    module's import (it stubs what the module asks the GPU at import, and undoes it on exit). It is given the
+    load's GPUTarget, so a load with hooks is one per target."""
+    where = {"path": "pyproject.toml", "field": "tool.xisa.import_hooks"}
+    loader_spec = importlib.util.spec_from_file_location(f"xisa_import_hook_{hook.stem}", hook)
+    module = importlib.util.module_from_spec(loader_spec)
+    try:
+        loader_spec.loader.exec_module(module)
+        factory = getattr(module, IMPORT_HOOK, None)
+        if not callable(factory):
+            raise SpecError(f"{hook.name} defines no {IMPORT_HOOK}(target)", **where,
+                            fix=f"define @contextlib.contextmanager def {IMPORT_HOOK}(target): ... yield")
+        if target is not None:
+            driver.asked_target = True
+        manager = factory(target.gpu_target() if target is not None else None)
+        if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
+            raise SpecError(f"{hook.name}: {IMPORT_HOOK}(target) returned no context manager", **where,
+                            fix="decorate it with @contextlib.contextmanager and yield once")
+    except SpecError:
+        raise
+    except Exception as exc:
+        raise SpecError(f"the import hook {hook.name} failed: {type(exc).__name__}: {_first_line(exc)}",
+                        **where) from None
+    return _entered_hook(hook, manager, where)
+
+
+@contextlib.contextmanager
+def _entered_hook(hook: Path, manager, where: dict) -> Iterator[None]:
+    try:
+        manager.__enter__()
+    except Exception as exc:
+        raise SpecError(f"the import hook {hook.name} failed: {type(exc).__name__}: {_first_line(exc)}",
+                        **where) from None
+    with contextlib.ExitStack() as stack:
+        stack.push(manager)
+        yield
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _package_folders(added: dict[str, Any], top: str | None) -> tuple[str, ...]:
+    """The folders of the kernel's top package as the load imported it (a namespace package has several)."""
+    module = added.get(top) if top else None
+    if module is None:
+        return ()
+    return tuple(sorted({os.path.join(os.path.abspath(f), "") for f in list(vars(module).get("__path__") or [])}))
+
+
+def _shadowing_files(name: str, module: Any) -> dict[str, None]:
+    """The files that, appearing, would make `name` import from somewhere else: the module or package of that name
+    in each search folder before the one that served it (sys.path for a top-level name, the parent's `__path__`
+    for a submodule: a namespace package has several). A depfile records them as absent."""
+    import importlib.machinery
+
+    namespace = vars(module)
+    origin = namespace.get("__file__")
+    if not origin and not namespace.get("__path__"):
+        return {}
+    parent, _, leaf = name.rpartition(".")
+    if parent:
+        folders = list(vars(sys.modules[parent]).get("__path__") or []) if parent in sys.modules else []
+    else:
+        folders = [entry or os.getcwd() for entry in sys.path]
+    # A namespace package is served only while no folder at all holds a regular module of its name.
+    serving = None if not origin else \
+        os.path.dirname(os.path.dirname(origin)) if origin.endswith("__init__.py") else os.path.dirname(origin)
+    absent: dict[str, None] = {}
+    for folder in folders:
+        folder = os.path.abspath(folder)
+        if serving is not None and folder == os.path.abspath(serving):
+            break
+        absent[os.path.join(folder, leaf, "__init__.py")] = None
+        absent.update((os.path.join(folder, leaf + suffix), None) for suffix in importlib.machinery.all_suffixes())
+    return absent
 
 
 @contextlib.contextmanager
@@ -507,17 +824,18 @@ def ignore_reads_under(*folders: str) -> None:
 
 
 @contextlib.contextmanager
-def compiling(spec: KernelSpec) -> Iterator[None]:
+def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
     """Record the project files a compile of `spec`'s loaded kernel reads (a table that a constexpr function
     opens when it runs, not when its module loads) into the module's dependencies."""
     global _READS, _COMPILING
     if not _READS_HOOKED:
         _hook_reads()
-    loaded = _LOADED[_load_key(spec)]
+    loaded = _LOADED[_load_key(spec, target)]
     _COMPILING = _Compile(loaded, [], {})
     _READS = _COMPILING.reads
     try:
-        yield
+        with _target_driver(target) if target is not None else contextlib.nullcontext():
+            yield   # a heuristic or constexpr function asking the current target gets the cell's
     finally:
         loaded.compile_reads.update(compile_reads())
         _READS, _COMPILING = None, None
@@ -532,7 +850,8 @@ def compile_reads() -> dict[str, str | None]:
     try:
         paths = [path for path in _COMPILING.reads
                  if not os.path.abspath(path).startswith((*_OUTPUT_FOLDERS, _XISA_FOLDER))]
-        return {**_dependency_files({}, paths), **_COMPILING.reused}
+        return {**_dependency_files({}, paths, package_folders=_COMPILING.loaded.package_folders),
+                **_COMPILING.reused}
     finally:
         _READS = recording
 
@@ -617,25 +936,47 @@ def _import_kernel_module(spec: KernelSpec, roots: list[Path], package: tuple[st
             raise SpecError(f"importing {source.name} failed: {type(exc).__name__}: {exc}",
                             path=spec.spec_path, field="source") from None
         return module
-    try:
-        module = importlib.import_module(spec.module)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing and missing != spec.module and spec.module.startswith(missing + "."):
-            raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: its parent package "
-                            f"{missing!r} was not found", path=spec.spec_path, field="module",
-                            fix=f"add {missing.replace('.', '/')}/__init__.py under the project root, or put "
-                                "its parent folder on PYTHONPATH") from None
-        raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: {exc}", path=spec.spec_path,
-                        field="module") from None
-    except Exception as exc:
-        raise SpecError(f"cannot import module {spec.module!r}: {type(exc).__name__}: {exc}",
-                        path=spec.spec_path, field="module") from None
-    origin = Path(getattr(module, "__file__", "") or "")
-    if not any(_within(origin, root) for root in roots):
-        raise SpecError(f"module {spec.module!r} lives outside the project's kernel roots ({origin})",
-                        path=spec.spec_path, field="module")
+    return _import_dotted_module(spec)
+
+
+def _import_dotted_module(spec: KernelSpec):
+    """`module: pkg.sub.mod` from sys.path, wherever it is installed, each parent package first: a parent whose
+    `__init__.py` fails is named, one line (it runs before the kernel, and often imports a whole framework)."""
+    parts = spec.module.split(".")
+    module = None
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name and depth < len(parts):
+                raise SpecError(f"cannot import module {spec.module!r}: its parent package {name!r} was not found",
+                                path=spec.spec_path, field="module",
+                                fix=f"add {name.replace('.', '/')}/__init__.py inside a [tool.xisa] pythonpath "
+                                    "folder, or install the package") from None
+            if exc.name == name:
+                raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: {_first_line(exc)}",
+                                path=spec.spec_path, field="module",
+                                fix="add its folder to [tool.xisa] pythonpath, or install the package") from None
+            raise _import_failure(spec, name, depth == len(parts), exc) from None
+        except Exception as exc:
+            raise _import_failure(spec, name, depth == len(parts), exc) from None
     return module
+
+
+def _import_failure(spec: KernelSpec, name: str, is_kernel: bool, exc: Exception) -> SpecError:
+    if is_kernel:
+        return SpecError(f"cannot import module {spec.module!r}: {type(exc).__name__}: {_first_line(exc)}",
+                         path=spec.spec_path, field="module")
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        found = None
+    where = f" ({found.origin})" if found is not None and found.origin else ""
+    return SpecError(f"cannot import module {spec.module!r}: its parent package {name!r}{where} failed: "
+                     f"{type(exc).__name__}: {_first_line(exc)}", path=spec.spec_path, field="module",
+                     fix="its __init__.py runs before the kernel: make it import without a GPU, or stub what it asks "
+                         "in a [tool.xisa] import_hooks file")
 
 
 def _is_project_module(name: str, module: Any) -> bool:
@@ -656,19 +997,28 @@ def _is_project_module(name: str, module: Any) -> bool:
         return False
 
 
-def _dependency_files(added: dict[str, Any], reads: list[str]) -> dict[str, str | None]:
+def _dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package: str | None = None,
+                      package_folders: tuple[str, ...] = ()) -> dict[str, str | None]:
     """The project files a load read and the files of the project modules it added, with their SHA-256
     (a namespace package's missing __init__.py as None: one appearing would change what the import runs).
-    Bytecode caches are left out: they follow their sources."""
+    The kernel's own package (`kernel_package`, in `package_folders`) counts wholly, even when installed:
+    its modules, the files read in its folders, and the files that would shadow its modules (as None).
+    Bytecode caches are left out: they follow their sources (a load never reads them, see _from_source)."""
     files: dict[str, str | None] = {}
     for path in reads:
-        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS) or _in_environment(path):
+        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS):
+            continue
+        if _in_environment(path) and not (package_folders and os.path.abspath(path).startswith(package_folders)):
             continue
         if os.path.isfile(path):
             files[os.path.abspath(path)] = file_sha256(path)
     for name, module in added.items():
-        if not _is_project_module(name, module):
+        in_kernel_package = kernel_package is not None and name.partition(".")[0] == kernel_package
+        if not (_is_project_module(name, module) or in_kernel_package):
             continue
+        if in_kernel_package and isinstance(module, types.ModuleType):
+            for path, digest in _shadowing_files(name, module).items():
+                files.setdefault(path, digest)
         namespace = vars(module)
         file = namespace.get("__file__")
         if file:
@@ -776,7 +1126,7 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
     spec = cell.kernel
     path = spec.spec_path
     where = cell.field_path or "case"
-    fn, wrappers = unwrap_kernel(_named_object(spec, fn), spec)
+    fn, wrappers = unwrap_kernel(_named_object(spec, fn, cell.target), spec)
     params = {p.name: p for p in fn.params}
     kwargs: dict[str, Any] = {}
     for name, value in cell.args.items():
@@ -787,6 +1137,9 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
             raise BindError(f"{name!r} is a tl.constexpr parameter", path=path, field=f"{where}.args.{name}",
                             fix="move it under `constexprs`")
         kwargs[name] = make_standin(value, path=path, field=f"{where}.args.{name}")
+    for name, value in list(kwargs.items()):
+        if isinstance(value, DerivedInt):
+            kwargs[name] = resolve_derived(value, kwargs, path=path, field=f"{where}.args.{name}")
     for name, value in cell.constexprs.items():
         param = params.get(name)
         if param is None:
@@ -815,9 +1168,9 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
     return bound
 
 
-def _named_object(spec: KernelSpec, fn):
+def _named_object(spec: KernelSpec, fn, target=None):
     """The object `function:` names when `fn` is the JITFunction inside it (callers holding the plain function)."""
-    loaded = _LOADED.get(_load_key(spec))
+    loaded = _LOADED.get(_load_key(spec, target))
     named = getattr(loaded.module, spec.function, None) if loaded is not None else None
     if named is not None and named is not fn and _is_kernel_object(named) and unwrap_kernel(named, spec)[0] is fn:
         return named

@@ -106,6 +106,7 @@ def cell_key(cell: Cell, roots: tuple[Path, ...]) -> str:
         "constexprs": cell.constexprs, "options": cell.options, "config": cell.config, "spec": str(spec.spec_file),
         "source": str(spec.source_file) if spec.source_file else None, "module": spec.module,
         "roots": [str(r) for r in roots], "sys_path": list(sys.path),
+        "pythonpath": [str(p) for p in spec.pythonpath], "import_hooks": [str(p) for p in spec.import_hooks],
     }
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()

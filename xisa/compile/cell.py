@@ -20,8 +20,8 @@ def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False) ->
     result = CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="error")
     bound = None
     try:
-        fn = load_kernel_function(cell.kernel, roots=roots)
-        with compiling(cell.kernel):   # what the compile reads is a dependency as well
+        fn = load_kernel_function(cell.kernel, roots=roots, target=cell.target)
+        with compiling(cell.kernel, cell.target):   # what the compile reads is a dependency as well
             bound = bind_cell(cell, fn)
             result.binding = bound.signature_record()
             result.options = bound.options_record()

@@ -114,7 +114,7 @@ def _compile_one(index: int) -> tuple[int, CellResult, dict[str, str | None] | N
     """A cell's result and its depfile: the project files its kernel's load imported, with their hashes."""
     cell = _CELLS[index]
     result = compile_cell(cell, roots=_ROOTS, keep_stages=_KEEP_STAGES)
-    return index, result, kernel_dependencies(cell.kernel)
+    return index, result, kernel_dependencies(cell.kernel, cell.target)
 
 
 class _Worker:

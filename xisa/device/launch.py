@@ -89,7 +89,7 @@ def run_check(cell: Cell, device, *, roots: list[Path]) -> tuple[RuntimeResult, 
     result = RuntimeResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="error")
     started = time.perf_counter()
     try:
-        fn = load_kernel_function(cell.kernel, roots=roots)
+        fn = load_kernel_function(cell.kernel, roots=roots, target=cell.target)
         check = fn.fn.__globals__.get(cell.runtime)   # the kernel module's namespace (no load stays in sys.modules)
         if check is None:
             raise XisaError(f"runtime check {cell.runtime!r} is not defined in the kernel module",

@@ -10,7 +10,7 @@ import dataclasses
 import fnmatch
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,6 +45,8 @@ class KernelSpec:
     module: str | None
     function: str
     cases: tuple["CaseSpec", ...]
+    pythonpath: tuple[Path, ...] = ()      # [tool.xisa] pythonpath: ahead of sys.path during the load
+    import_hooks: tuple[Path, ...] = ()    # [tool.xisa] import_hooks: run before the load
 
 
 @dataclass(frozen=True)
@@ -330,11 +332,23 @@ def matches_kernel_filter(flt: str, kernel: str, case: str) -> bool:
     return fnmatch.fnmatchcase(kernel, kpat) and (not cpat or fnmatch.fnmatchcase(case, cpat))
 
 
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
 def discover_spec_files(paths: list[Path]) -> list[Path]:
+    """The spec files (`*.yaml`, `*.yml`) in each folder, and each file given; both forms of one name in a
+    folder are refused (which one is the spec would depend on the order files are listed in)."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files.extend(sorted(p for p in path.glob("*.yaml") if p.is_file()))
+            found = sorted(p for p in path.iterdir() if p.suffix in SPEC_SUFFIXES and p.is_file())
+            stems: dict[str, Path] = {}
+            for file in found:
+                if file.stem in stems:
+                    raise SpecError(f"both {stems[file.stem].name} and {file.name} are here", path=str(file),
+                                    field="<file>", fix=f"keep one spec named {file.stem!r}: remove or rename the other")
+                stems[file.stem] = file
+            files.extend(found)
         elif path.is_file():
             files.append(path)
         else:
@@ -342,7 +356,14 @@ def discover_spec_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def load_specs(files: list[Path], *, root: Path, count_configs: ConfigCounter | None = None) -> list[KernelSpec]:
+def load_specs(files: list[Path], *, root: Path, pythonpath: tuple[Path, ...] = (),
+               import_hooks: tuple[Path, ...] = (), count_configs: ConfigCounter | None = None) -> list[KernelSpec]:
+    """The specs of `files`; `pythonpath` and `import_hooks` are the project's settings, part of every load
+    (the one that counts an autotuner's configs too)."""
+    def settled(spec: KernelSpec) -> KernelSpec:
+        return replace(spec, pythonpath=tuple(pythonpath), import_hooks=tuple(import_hooks))
+
+    counter = None if count_configs is None else (lambda spec, field: count_configs(settled(spec), field))
     specs = []
     names: dict[str, str] = {}
     for file in files:
@@ -350,10 +371,10 @@ def load_specs(files: list[Path], *, root: Path, count_configs: ConfigCounter | 
             shown = str(file.resolve().relative_to(root.resolve()))
         except ValueError:
             shown = str(file)
-        spec = load_spec(file, display=shown, count_configs=count_configs)
+        spec = load_spec(file, display=shown, count_configs=counter)
         if spec.name in names:
             raise SpecError(f"kernel name {spec.name!r} is also defined in {names[spec.name]}", path=shown,
                             field="name", fix="give each spec a unique `name`")
         names[spec.name] = shown
-        specs.append(spec)
+        specs.append(settled(spec))
     return specs

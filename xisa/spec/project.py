@@ -12,7 +12,7 @@ from xisa.names import display_path
 
 BUNDLED_TARGETS = Path(__file__).resolve().parent.parent / "_targets"         # in an installed wheel
 REPO_TARGETS = Path(__file__).resolve().parent.parent.parent / "targets"     # in a source checkout
-_SETTINGS = {"specs", "targets", "golden", "stream_files", "cache"}
+_SETTINGS = {"specs", "targets", "golden", "stream_files", "cache", "pythonpath", "import_hooks"}
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class Project:
     cache_dir: Path
     config_file: Path | None = None
     kernel_roots: tuple[Path, ...] = field(default=())
+    pythonpath: tuple[Path, ...] = field(default=())     # put ahead of sys.path for every kernel load
+    import_hooks: tuple[Path, ...] = field(default=())   # run before every kernel load (stubs of GPU queries)
 
     def display(self, path: Path) -> str:
         return display_path(path, self.root)
@@ -70,6 +72,38 @@ def setting_paths(settings: dict, key: str, default: list[str], *, path: str = "
 GOLDEN_DEFAULT = ["golden"]
 
 
+def project_entries(settings: dict, key: str, root: Path, *, path: str, kind: str) -> tuple[Path, ...]:
+    """`pythonpath` (kind "folder") or `import_hooks` (kind "file"): paths relative to the project root, each
+    one existing inside the project and reached through no link, so a spec loads alike from any folder and no
+    setting leads a load out of the project."""
+    value = settings.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SpecError(f"must be a list of {kind} paths relative to the project root", path=path,
+                        field=f"tool.xisa.{key}", fix=f'e.g. {key} = ["src"]' if kind == "folder"
+                        else f'e.g. {key} = ["tests/xisa_stubs.py"]')
+    root = Path(os.path.abspath(root))
+    entries = []
+    for index, entry in enumerate(value):
+        where = f"tool.xisa.{key}[{index}]"
+        candidate = Path(os.path.abspath(root / entry))
+        if Path(entry).is_absolute() or not candidate.is_relative_to(root):
+            raise SpecError(f"{entry!r} is outside the project", path=path, field=where,
+                            fix=f"give a {kind} inside {root} relative to it (vendor outside code into the project)")
+        links = [p for p in (candidate, *candidate.parents) if p.is_relative_to(root) and p != root and p.is_symlink()]
+        if links:
+            raise SpecError(f"{entry!r} goes through the link {links[-1].relative_to(root).as_posix()}", path=path,
+                            field=where, fix=f"name the real {kind}, inside the project")
+        exists = candidate.is_dir() if kind == "folder" else (candidate.is_file() and candidate.suffix == ".py")
+        if not exists:
+            what = "no such folder" if kind == "folder" else "no such .py file"
+            raise SpecError(f"{entry!r}: {what} in {root}", path=path, field=where,
+                            fix=f"create it, or remove it from [tool.xisa] {key}")
+        if candidate in entries:
+            raise SpecError(f"{entry!r} is listed twice", path=path, field=where, fix="list it once")
+        entries.append(candidate)
+    return tuple(entries)
+
+
 def _refuse_links_below(root: Path, folder: Path) -> None:
     """Refuse a link between the project root and `folder` (the golden folder): git stores links, so a
     committed `data -> ../elsewhere` with `golden = "data/golden"` would lead every golden write and
@@ -107,9 +141,12 @@ def load_project(*, cwd: Path | None = None, spec: list[Path] | None = None, gol
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         cache_dir = base / "xisa"
     _refuse_links_below(root, golden_dir)
+    shown = display_path(config_file, root) if config_file is not None else "pyproject.toml"
+    pythonpath = project_entries(settings, "pythonpath", root, path=shown, kind="folder")
+    import_hooks = project_entries(settings, "import_hooks", root, path=shown, kind="file")
     roots = {root.resolve()}
     for path in spec_paths:
         roots.add((path if path.is_dir() else path.parent).resolve())
     return Project(root=root, spec_paths=tuple(spec_paths), target_dirs=tuple(target_dirs), golden_dir=golden_dir,
                    stream_files=stream_files, cache_dir=cache_dir, config_file=config_file,
-                   kernel_roots=tuple(sorted(roots)))
+                   kernel_roots=tuple(sorted(roots)), pythonpath=pythonpath, import_hooks=import_hooks)
