@@ -231,7 +231,7 @@ MODULE_CASES = {
                    ["kernels/nofunction.yaml: function", "no function 'scale_kernal'", "did you mean 'scale_kernel'?"]),
     "notjit": ("source: helpers.py\nfunction: helper\n",
                ["kernels/notjit.yaml: function", "'helper' is a function, not a @triton.jit kernel",
-                "fix: decorate it with @triton.jit"]),
+                "fix: name a @triton.jit function, or an @triton.autotune"]),
     "outside": ("source: ../../evil.py\nfunction: k\n",
                 ["kernels/outside.yaml: source", "is outside the project's kernel roots",
                  "fix: keep kernel sources inside the project"]),
