@@ -39,13 +39,31 @@ def tuned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.heuristics({"BLOCK": lambda args: triton.next_power_of_2(args["n"]), "EVEN": lambda args: args["n"] % 2 == 0})
+@triton.jit
+def sized_kernel(x_ptr, out_ptr, n, SCALE: tl.constexpr, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * SCALE, mask=mask)
+
+
+# autotune over heuristics: the heuristic sees the config's BLOCK
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}, num_warps=1, num_stages=1, maxnreg=128)], key=["n"])
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def tuned_sized_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
 '''
 
 PROGRAM = '''
 import sys
 import torch
 import triton
-from tiny import scale_kernel, tuned_kernel
+from tiny import scale_kernel, sized_kernel, tuned_kernel, tuned_sized_kernel
 
 x = torch.arange(256, dtype=torch.float32)
 out = torch.empty_like(x)
@@ -55,6 +73,11 @@ scale_kernel[(4,)](y, torch.empty_like(y), 512, 3.0, BLOCK=128)   # the same spe
 scale_kernel[(2,)](x[1:], out, 255, 2.0, BLOCK=128, num_warps=8)   # 4-byte aligned, n not a multiple of 16
 assert torch.equal(out[:255], x[1:] * 2.0)
 tuned_kernel[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, out, 256)
+sized_kernel[(1,)](x, out, 100, SCALE=2)
+assert torch.equal(out[:100], x[:100] * 2)
+sized_kernel[(1,)](x, out, 37, SCALE=2)
+tuned_sized_kernel[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, out, 40)
+scale_kernel.warmup(torch.float16, torch.float16, 64, 1.0, BLOCK=64, grid=(1,))   # compiles, launches nothing
 sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 '''
 
@@ -105,21 +128,56 @@ def test_launches_deduplicated_by_specialization(captured):
     spec = yaml.safe_load((root / "captured" / "scale_kernel.yaml").read_text())
     assert spec["source"] == "../tiny.py" and spec["function"] == "scale_kernel"
     cases = spec["cases"]
-    assert len(cases) == 2   # three launches, two specializations
-    first, second = cases
+    assert len(cases) == 3   # three launches, two specializations; and a warm-up compile
+    first, second, _ = cases
     assert first["args"]["x_ptr"] == {"tensor": "fp32", "shape": [256]}
     assert list(first["args"]) == ["x_ptr", "out_ptr", "n", "factor"]   # the kernel's parameter order
     assert first["args"]["n"] == 256 and first["constexprs"] == {"BLOCK": 128}
     assert second["args"]["x_ptr"] == {"tensor": "fp32", "shape": [255], "align": 4}
     assert second["args"]["n"] == 255 and second["options"] == {"num_warps": 8}
-    assert "wrote captured/scale_kernel.yaml (2 cases)" in proc.stdout
+    assert "wrote captured/scale_kernel.yaml (3 cases)" in proc.stdout
 
 
-def test_autotuned_kernel_records_the_chosen_config_only(captured):
+def test_autotuned_kernel_names_the_autotuner_and_writes_the_chosen_config(captured):
     root, _ = captured
-    spec = yaml.safe_load((root / "captured" / "tuned_kernel.yaml").read_text())
-    assert [case["constexprs"] for case in spec["cases"]] == [{"BLOCK": 64}]   # not the benchmarked BLOCK 32
-    assert spec["cases"][0]["options"]["num_warps"] == 4
+    text = (root / "captured" / "tuned_kernel.yaml").read_text()
+    spec = yaml.safe_load(text)
+    assert spec["function"] == "tuned_kernel" and "Autotuner" in text
+    (case,) = spec["cases"]   # the benchmark launches of the other config are not cases
+    # the winner (BLOCK 64), its options in full; num_ctas/maxnreg at their defaults are left out
+    assert case["config"] == {"BLOCK": 64, "num_warps": 4, "num_stages": 3}
+    assert "constexprs" not in case and "options" not in case   # the config's values are not restated
+    assert "refused" not in text
+
+
+def test_heuristics_values_are_left_to_the_heuristics_and_shown(captured):
+    root, _ = captured
+    text = (root / "captured" / "sized_kernel.yaml").read_text()
+    spec = yaml.safe_load(text)
+    assert spec["function"] == "sized_kernel" and "Heuristics" in text
+    assert [case["constexprs"] for case in spec["cases"]] == [{"SCALE": 2}, {"SCALE": 2}]   # what the caller passed
+    assert [case["args"]["n"] for case in spec["cases"]] == [100, 37]
+    # what the heuristics computed from those arguments, as the comments of the cases, in order
+    shown = [line.strip() for line in text.splitlines() if "the heuristics gave" in line]
+    assert len(shown) == 2
+    assert "{BLOCK: 128, EVEN: true}" in shown[0] and "{BLOCK: 64, EVEN: false}" in shown[1]
+
+
+def test_autotune_over_heuristics_writes_the_config_and_leaves_the_heuristic(captured):
+    root, _ = captured
+    text = (root / "captured" / "tuned_sized_kernel.yaml").read_text()
+    (case,) = yaml.safe_load(text)["cases"]
+    assert case["config"] == {"BLOCK": 16, "num_warps": 1, "num_stages": 1, "maxnreg": 128}
+    assert "constexprs" not in case
+    assert "the heuristics gave {EVEN: false}" in text   # 40 % 16: computed with the config's BLOCK
+
+
+def test_a_warmup_compile_is_a_case(captured):
+    root, _ = captured
+    text = (root / "captured" / "scale_kernel.yaml").read_text()
+    warm = yaml.safe_load(text)["cases"][-1]
+    assert warm["args"]["x_ptr"]["tensor"] == "fp16" and warm["constexprs"] == {"BLOCK": 64}
+    assert "a warm-up compile" in text
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "sm_90"])
@@ -149,7 +207,7 @@ def test_the_command_failing_is_its_exit_code_and_the_launches_are_kept(tmp_path
     result = _capture(run_xisa, root, "--out", "specs", exit_with=3)
     assert result.code == 3
     assert "the command exited with 3" in result.err
-    assert len(yaml.safe_load((root / "specs" / "scale_kernel.yaml").read_text())["cases"]) == 2
+    assert len(yaml.safe_load((root / "specs" / "scale_kernel.yaml").read_text())["cases"]) == 3
 
 
 def test_no_spec_is_written_through_a_link(tmp_path, run_xisa):
