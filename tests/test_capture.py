@@ -223,3 +223,58 @@ def test_no_spec_is_written_through_a_link(tmp_path, run_xisa):
 def test_a_command_without_launches_is_an_error(tmp_path, run_xisa):
     result = run_xisa("capture", "--", sys.executable, "-c", "print('no kernels')", cwd=tmp_path)
     assert result.code == 2 and "no Triton kernel launch" in result.err
+
+
+# ------------------------------------------------------------------ this repo's kernels, captured
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS = ("gfx942", "gfx1100", "sm_90")
+
+
+@pytest.fixture(scope="module")
+def repo_captured(tmp_path_factory, shared_cache):
+    """One capture of tests/kernels/spec_launches.py (two hand-written spec cases launched through their runtime
+    checks under the interpreter) in a copy of the corpus, and one compile of captured and hand cells together."""
+    import shutil
+    import subprocess
+
+    from conftest import copy_corpus, xisa_process
+
+    root = copy_corpus(tmp_path_factory.mktemp("repo-capture"))
+    (root / "tests" / "kernels").mkdir(parents=True)
+    for name in ("spec_launches.py", "interp_checks.py"):
+        shutil.copy(REPO / "tests" / "kernels" / name, root / "tests" / "kernels" / name)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}
+    env.update({"TRITON_INTERPRET": "1", "XISA_CACHE_DIR": str(shared_cache)})
+    proc = subprocess.run([sys.executable, "-m", "xisa", "capture", "--", sys.executable, "tests/kernels/spec_launches.py"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    kernels = ["decode_reduce", "decode_reduce_kernel", "kv_dequant:int8_d128", "kv_dequant_kernel"]
+    compiled = xisa_process("compile", "--spec", "captured", "--spec", "kernels", *(f"--arch={t}" for t in TARGETS),
+                            *(f"--kernel={k}" for k in kernels), "--json", cwd=root, cache=shared_cache)
+    assert compiled.code == 0, compiled.err
+    return root, json.loads(compiled.out)["cells"]
+
+
+def test_captured_launches_of_this_repos_kernels_compile_to_the_hand_written_fingerprints(repo_captured):
+    _, cells = repo_captured
+    def specialization(cell):   # what the binder handed the compiler: the cells describe the same launch
+        return json.dumps([cell["target"], cell["signature"], cell["constexprs"], cell["attrs"], cell["options"]],
+                          sort_keys=True)
+
+    hand = {}
+    for cell in cells:
+        if not cell["kernel"].endswith("_kernel"):
+            assert cell["status"] == "ok", cell
+            hand.setdefault(specialization(cell), []).append(cell)
+    matched = set()
+    for cell in cells:
+        if cell["kernel"].endswith("_kernel"):
+            assert cell["status"] == "ok", cell
+            twins = hand.get(specialization(cell), [])
+            assert twins, f"no hand-written cell launches like {cell['kernel']}:{cell['case']}@{cell['target']}"
+            assert {twin["sha256"] for twin in twins} == {cell["sha256"]}
+            matched.add((cell["kernel"], cell["target"]))
+    assert matched == {(k, t) for k in ("decode_reduce_kernel", "kv_dequant_kernel") for t in TARGETS}
+    shas = {cell["sha256"] for cell in cells}
+    assert len(shas) == 2 * len(TARGETS)   # two kernels, three targets: six distinct codes, none compared with itself
