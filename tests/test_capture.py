@@ -278,3 +278,63 @@ def test_captured_launches_of_this_repos_kernels_compile_to_the_hand_written_fin
     assert matched == {(k, t) for k in ("decode_reduce_kernel", "kv_dequant_kernel") for t in TARGETS}
     shas = {cell["sha256"] for cell in cells}
     assert len(shas) == 2 * len(TARGETS)   # two kernels, three targets: six distinct codes, none compared with itself
+
+
+# ------------------------------------------------------------------ the hook never changes the program
+
+FAILING = '''
+import torch
+from tiny import scale_kernel
+
+x = torch.arange(64, dtype=torch.float32)
+scale_kernel[(1,)](x, torch.empty_like(x), 64, 2.0, BLOCK=64)
+scale_kernel[(1,)](x, torch.empty_like(x), 64, object(), BLOCK=64)   # Triton refuses the argument: the program's error
+'''
+
+
+def test_the_programs_exception_and_exit_code_are_unchanged(tmp_path, run_xisa):
+    import subprocess
+
+    root = _project(tmp_path / "proj")
+    (root / "failing.py").write_text(FAILING)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    plain = subprocess.run([sys.executable, "failing.py"], cwd=root, env=env, capture_output=True, text=True)
+    assert plain.returncode == 1
+    result = run_xisa("capture", "--", sys.executable, "failing.py", cwd=root, env={"TRITON_INTERPRET": "1"},
+                      process=True)
+    assert result.code == plain.returncode
+    # the same exception, raised from the same place, with the hook in the way
+    tail = [line for line in plain.stderr.strip().splitlines()[-3:]]
+    assert all(line in result.err for line in tail), (tail, result.err[-2000:])
+    spec = yaml.safe_load((root / "captured" / "scale_kernel.yaml").read_text())
+    assert [case["args"]["factor"] for case in spec["cases"]] == [2.0]   # the refused launch noted, not a case
+    assert "a launch was not recorded" in result.err
+
+
+PARALLEL_TESTS = '''
+import torch
+import pytest
+from tiny import scale_kernel
+
+
+@pytest.mark.parametrize("n", [64, 63, 64, 63])
+def test_scale(n):
+    x = torch.arange(n, dtype=torch.float32)
+    out = torch.empty_like(x)
+    scale_kernel[(1,)](x, out, n, 2.0, BLOCK=64)
+    assert torch.equal(out, x * 2)
+'''
+
+
+def test_launches_of_several_test_processes_are_merged_and_deduplicated(tmp_path, run_xisa):
+    pytest.importorskip("xdist")
+    root = _project(tmp_path / "proj")
+    (root / "test_parallel.py").write_text(PARALLEL_TESTS)
+    result = run_xisa("capture", "--", sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+                      "test_parallel.py", cwd=root, env={"TRITON_INTERPRET": "1"}, process=True)
+    assert result.code == 0, result.out[-2000:] + result.err[-2000:]
+    assert "4 passed" in result.out
+    cases = yaml.safe_load((root / "captured" / "scale_kernel.yaml").read_text())["cases"]
+    assert sorted(case["args"]["n"] for case in cases) == [63, 64]   # 2 workers, 4 launches, 2 specializations
+    assert all("test_parallel.py::test_scale" in line for line in (root / "captured" / "scale_kernel.yaml").read_text()
+               .splitlines() if "first launched in" in line)
