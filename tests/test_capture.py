@@ -366,3 +366,20 @@ def test_launches_of_several_test_processes_are_merged_and_deduplicated(tmp_path
     assert sorted(case["args"]["n"] for case in cases) == [63, 64]   # 2 workers, 4 launches, 2 specializations
     assert all("test_parallel.py::test_scale" in line for line in (root / "captured" / "scale_kernel.yaml").read_text()
                .splitlines() if "first launched in" in line)
+
+
+def test_a_real_launch_records_what_the_interpreter_records(captured, tmp_path, run_xisa):
+    """Without TRITON_INTERPRET the hook sits on JITFunction.run, the GPU launch path: it records the launch before
+    it runs, so here, with no GPU, the case is written and then the launch fails as it would without capture."""
+    root = _project(tmp_path / "proj")
+    result = run_xisa("capture", "--", sys.executable, "run_tiny.py", cwd=root, env={"TRITON_INTERPRET": "0"},
+                      process=True)
+    import torch
+
+    if torch.cuda.is_available():   # a GPU machine: the launches run
+        assert result.code == 0, result.err
+    else:
+        assert result.code == 1 and "active drivers" in result.err   # the program's own failure, unchanged
+    case = yaml.safe_load((root / "captured" / "scale_kernel.yaml").read_text())["cases"][0]
+    interpreted = yaml.safe_load((captured[0] / "captured" / "scale_kernel.yaml").read_text())["cases"][0]
+    assert case == interpreted
