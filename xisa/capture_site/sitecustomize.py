@@ -10,8 +10,14 @@ When Triton's runtime modules are imported, three methods are wrapped:
 - `JITFunction.run` (a launch on a GPU) and `InterpretedFunction.run` (under TRITON_INTERPRET=1):
   each launch's arguments are described as Triton's launch binder sees them and written, once per
   specialization, as one JSON line to `$XISA_CAPTURE_RECORDS/launches-<pid>.jsonl`;
-- `Autotuner.run`: the config the autotuner chose is noted with the launch it makes, and the
-  benchmarking launches of the other configs (`Autotuner._bench`) are not recorded.
+- `Autotuner.run` and `Heuristics.run`: the wrapper a launch came through is noted with it (the spec
+  names the outermost one in `function:`), with the config the autotuner chose and the values the
+  heuristics computed; the benchmarking launches of the other configs (`Autotuner._bench`) are not
+  recorded.
+A `kernel.warmup(...)` / `kernel[grid](..., warmup=True)` compile is recorded like a launch (it is a
+specialization the program compiles), except the autotuner's own warm-ups of every config.
+The methods wrapped have the same signatures in Triton 3.6 and 3.8 (`run(self, *args, grid, warmup,
+**kwargs)`, `native_specialize_impl(backend, arg, is_const, specialize, align)`, `KernelParam`).
 """
 
 import os
@@ -46,7 +52,7 @@ class _Recorder:
 
         self.folder = folder
         self.lock = threading.Lock()
-        self.local = threading.local()   # .benching (depth), .autotuners (stack)
+        self.local = threading.local()   # .benching (depth), .wrappers (stack of Autotuner/Heuristics runs)
         self.seen: set = set()
         self.failed: set = set()
         self.params: dict = {}
@@ -54,7 +60,7 @@ class _Recorder:
     # ------------------------------------------------------------------ describing one launch
 
     def launch(self, kernel, args: tuple, kwargs: dict) -> None:
-        if kwargs.get("warmup") or getattr(self.local, "benching", 0):
+        if getattr(self.local, "benching", 0):
             return
         try:
             record = self.describe(kernel, args, kwargs)
@@ -125,28 +131,79 @@ class _Recorder:
                                           not param.do_not_specialize_on_alignment)
             specialization[param.name] = _plain(list(kind))
             described_args[param.name] = _argument(value, kind)
-        autotuners = getattr(self.local, "autotuners", None)
-        chosen = None
-        config = getattr(autotuners[-1], "best_config", None) if autotuners else None
-        if config is not None:
-            chosen = {"kwargs": {k: _constexpr(v) for k, v in config.kwargs.items()},
-                      "options": {k: _plain(v) for k, v in config.all_kwargs().items() if k not in config.kwargs}}
+        chain = self.wrapper_chain(kernel)
+        chosen, computed = None, {}
+        for wrapper in chain:
+            if type(wrapper).__name__ == "Autotuner" and getattr(wrapper, "best_config", None) is not None:
+                chosen = _config(wrapper.best_config)
+            elif type(wrapper).__name__ == "Heuristics":
+                computed.update({k: constexprs[k] for k in wrapper.values if k in constexprs})
+        if chosen is not None:
+            # the config's values are the case's `config:`, not constexprs or options restated
+            for name in chosen["kwargs"]:
+                constexprs.pop(name, None)
+            for name in ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override"):
+                options.pop(name, None)
+        for name in computed:   # the heuristics compute these again from the case's arguments
+            constexprs.pop(name, None)
         module = sys.modules.get(fn.__module__)
+        outer = chain[-1] if chain else kernel
+        named = _attribute_name(module, outer, fn.__name__)
         record = {
-            "function": fn.__name__, "qualname": fn.__qualname__, "module": fn.__module__,
+            "function": named or fn.__name__, "qualname": fn.__qualname__, "module": fn.__module__,
             "file": os.path.abspath(fn.__code__.co_filename),
-            # what the module's attribute of that name is, when not the kernel itself (an Autotuner, Heuristics)
-            "wrapper": _wrapper_name(getattr(module, fn.__name__, None), kernel),
+            # the wrappers the launch came through, outermost first (the spec's `function:` names the outermost)
+            "through": [type(w).__name__ for w in reversed(chain)],
+            # what the module's attribute of that name is, when the launch did not come through it
+            "wrapper": None if named else _wrapper_name(getattr(module, fn.__name__, None), kernel),
             "interpreted": type(kernel).__name__ == "InterpretedFunction",
             "args": described_args, "specialization": specialization, "constexprs": constexprs,
-            "options": options, "autotune": chosen, "test": os.environ.get("PYTEST_CURRENT_TEST"),
+            "options": options, "autotune": chosen, "heuristics": computed,
+            "warmup": bool(kwargs.get("warmup")), "test": os.environ.get("PYTEST_CURRENT_TEST"),
             "time": time.time_ns(),   # orders the launches of several processes
         }
         large = {name: a.get("storage_bytes") is None or a["storage_bytes"] > TWO_GIB
                  for name, a in described_args.items() if "tensor" in a}
-        record["key"] = repr((record["file"], record["qualname"], sorted(specialization.items()), sorted(large.items()),
-                              sorted((k, repr(v)) for k, v in constexprs.items()), sorted(options.items())))
+        record["key"] = repr((record["file"], record["qualname"], record["function"], sorted(specialization.items()),
+                              sorted(large.items()), sorted((k, repr(v)) for k, v in constexprs.items()),
+                              sorted((k, repr(v)) for k, v in options.items()), repr(chosen), repr(sorted(computed.items()))))
         return record
+
+    def wrapper_chain(self, kernel) -> list:
+        """The Autotuner/Heuristics runs under way in this thread that wrap `kernel`, innermost first."""
+        stack = getattr(self.local, "wrappers", None) or []
+        chain, inner = [], kernel
+        for wrapper in reversed(stack):
+            if getattr(wrapper, "fn", None) is not inner:
+                break
+            chain.append(wrapper)
+            inner = wrapper
+        return chain
+
+
+def _attribute_name(module, obj, preferred):
+    """The name under which `obj` is an attribute of its module (the function's own name first), or None."""
+    if module is None:
+        return None
+    if getattr(module, preferred, None) is obj:
+        return preferred
+    for name, value in list(vars(module).items()):
+        if value is obj:
+            return name
+    return None
+
+
+def _config(config) -> dict:
+    """An autotune Config as the spec's `config:` holds it: its kwargs, num_warps and num_stages, and num_ctas,
+    maxnreg only when not their defaults (1, None)."""
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    if getattr(config, "num_ctas", 1) not in (1, None):
+        options["num_ctas"] = config.num_ctas
+    if getattr(config, "maxnreg", None) is not None:
+        options["maxnreg"] = config.maxnreg
+    if getattr(config, "ir_override", None) is not None:
+        options["ir_override"] = _plain(config.ir_override)
+    return {"kwargs": {k: _constexpr(v) for k, v in config.kwargs.items()}, "options": options}
 
 
 def _wrapper_name(attribute, kernel):
@@ -224,30 +281,41 @@ def _wrap_launch(cls, recorder: _Recorder) -> None:
     cls.run = run
 
 
-def _wrap_autotuner(cls, recorder: _Recorder) -> None:
-    run_original, bench_original = cls.run, cls._bench
-    if getattr(run_original, _WRAPPED, None) is not None:
+def _wrap_run(cls, recorder: _Recorder) -> None:
+    """`cls.run` (Autotuner, Heuristics) pushes the object on this thread's wrapper stack while it runs."""
+    original = cls.run
+    if getattr(original, _WRAPPED, None) is not None:
         return
 
     def run(self, *args, **kwargs):
-        stack = recorder.local.__dict__.setdefault("autotuners", [])
+        stack = recorder.local.__dict__.setdefault("wrappers", [])
         stack.append(self)
         try:
-            return run_original(self, *args, **kwargs)
+            return original(self, *args, **kwargs)
         finally:
             stack.pop()
 
-    def _bench(self, *args, **kwargs):
+    setattr(run, _WRAPPED, original)
+    run.__doc__, run.__name__, run.__qualname__ = original.__doc__, original.__name__, original.__qualname__
+    cls.run = run
+
+
+def _wrap_quiet(cls, method: str, recorder: _Recorder) -> None:
+    """While `cls.method` runs (the autotuner's benchmark of each config, its warm-up of each), nothing is recorded."""
+    original = getattr(cls, method)
+    if getattr(original, _WRAPPED, None) is not None:
+        return
+
+    def quiet(self, *args, **kwargs):
         recorder.local.benching = getattr(recorder.local, "benching", 0) + 1
         try:
-            return bench_original(self, *args, **kwargs)
+            return original(self, *args, **kwargs)
         finally:
             recorder.local.benching -= 1
 
-    for wrapper, original in ((run, run_original), (_bench, bench_original)):
-        setattr(wrapper, _WRAPPED, original)
-        wrapper.__doc__, wrapper.__name__, wrapper.__qualname__ = original.__doc__, original.__name__, original.__qualname__
-    cls.run, cls._bench = run, _bench
+    setattr(quiet, _WRAPPED, original)
+    quiet.__doc__, quiet.__name__, quiet.__qualname__ = original.__doc__, original.__name__, original.__qualname__
+    setattr(cls, method, quiet)
 
 
 def _patch(name: str, module, recorder: _Recorder) -> None:
@@ -256,7 +324,10 @@ def _patch(name: str, module, recorder: _Recorder) -> None:
     elif name == "triton.runtime.interpreter":
         _wrap_launch(module.InterpretedFunction, recorder)
     elif name == "triton.runtime.autotuner":
-        _wrap_autotuner(module.Autotuner, recorder)
+        _wrap_run(module.Autotuner, recorder)
+        _wrap_quiet(module.Autotuner, "_bench", recorder)
+        _wrap_quiet(module.Autotuner, "warmup", recorder)
+        _wrap_run(module.Heuristics, recorder)
 
 
 _MODULES = ("triton.runtime.jit", "triton.runtime.interpreter", "triton.runtime.autotuner")

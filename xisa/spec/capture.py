@@ -2,8 +2,11 @@
 
 Each record is one launch specialization as Triton's binder saw it: the kernel's file and name, each
 runtime argument (a tensor's dtype, shape, strides, address alignment and storage size; a scalar's
-value), the constexprs, the launch options and, for an autotuned kernel, the config it chose. Records
-with the same specialization (the hook's `key`, across processes too) become one case. The YAML is
+value), the constexprs, the launch options and, for a kernel launched through `@triton.autotune` /
+`@triton.heuristics`, the wrapper (the spec's `function:`), the config the autotuner chose (the case's
+`config:`) and the values the heuristics computed (left out of `constexprs:`: compiling the case
+evaluates the heuristics again on its arguments; a comment shows what they gave). Records with the
+same specialization (the hook's `key`, across processes too) become one case. The YAML is
 written by hand so it can carry comments (strides, storage, where a launch came from) and reads like
 a hand-written spec: the user commits and edits it.
 
@@ -36,6 +39,7 @@ class CapturedKernel:
     module: str
     file: str
     wrapper: str | None
+    through: tuple[str, ...] = ()   # the wrappers `function` names, outermost first (Autotuner, Heuristics)
     launches: list[dict] = field(default_factory=list)
     name: str = ""          # the spec's name and file stem
 
@@ -63,16 +67,18 @@ def read_records(folder: Path) -> tuple[list[dict], list[str]]:
 def group_launches(records: list[dict], *, names: dict[str, str] | None = None) -> list[CapturedKernel]:
     """One CapturedKernel per kernel (file and qualified name), its launches deduplicated by specialization.
     `names` renames kernels: a function's name (or `module:function`) -> the spec name."""
-    kernels: dict[tuple[str, str], CapturedKernel] = {}
+    kernels: dict[tuple[str, str, str], CapturedKernel] = {}
     seen: set[str] = set()
     for record in records:
         if record["key"] in seen:
             continue
         seen.add(record["key"])
-        ident = (record["file"], record["qualname"])
+        # one spec per object launched: the jit function and an autotuner wrapping it are two `function:`s
+        ident = (record["file"], record["qualname"], record["function"])
         if ident not in kernels:
             kernels[ident] = CapturedKernel(function=record["function"], qualname=record["qualname"],
-                                            module=record["module"], file=record["file"], wrapper=record.get("wrapper"))
+                                            module=record["module"], file=record["file"], wrapper=record.get("wrapper"),
+                                            through=tuple(record.get("through") or ()))
         kernels[ident].launches.append(record)
     _name_kernels(list(kernels.values()), names or {})
     return list(kernels.values())
@@ -177,10 +183,17 @@ def render_spec(kernel: CapturedKernel, *, spec_dir: Path, project_root: Path, c
     if kernel.interpreted:
         lines.append("# Captured under Triton's interpreter: alignments are the CPU tensors' (torch aligns a CPU "
                      "allocation to 64 bytes, so a view's alignment is its byte offset's, as on a GPU).")
+    if kernel.through:
+        said = [f"{kernel.function} is the {' over '.join(kernel.through)} the program launched"]
+        if "Autotuner" in kernel.through:
+            said.append("each case's `config:` is the config the autotuner chose")
+        if "Heuristics" in kernel.through:
+            said.append("the heuristics' values are not in `constexprs:`: they are computed again from the case's "
+                        "arguments when it compiles")
+        notes.append("; ".join(said))
     if kernel.wrapper:
-        notes.append(f"{kernel.function} is an object of type {kernel.wrapper} in its module, not the @triton.jit "
-                     "function: each case holds the values it chose, but xisa names @triton.jit functions only "
-                     "(compiling this spec is refused until it can name the wrapper)")
+        notes.append(f"the program launched the @triton.jit function inside the {kernel.wrapper} {kernel.function} "
+                     "directly; xisa loads the name as the wrapper: give each case a `config:` or name the inner function")
     if kernel.qualname != kernel.function:
         notes.append(f"{kernel.qualname} is not a module-level function: xisa cannot load it by name")
     lines += [f"# note: {note}" for note in notes]
@@ -189,9 +202,10 @@ def render_spec(kernel: CapturedKernel, *, spec_dir: Path, project_root: Path, c
         lines.append(f"  - name: launch{index}")
         if launch.get("test"):
             lines.append(f"    # first launched in {launch['test']}")
-        if launch.get("autotune"):
-            chosen = launch["autotune"]
-            lines.append(f"    # the autotuner's config: {_flow(chosen['kwargs'])}, options {_flow(chosen['options'])}")
+        if launch.get("warmup"):
+            lines.append("    # a warm-up compile (kernel.warmup / warmup=True), not a launch")
+        if launch.get("heuristics"):
+            lines.append(f"    # the heuristics gave {_flow(launch['heuristics'])} (evaluated again when this case compiles)")
         args = launch.get("args") or {}
         if args:
             lines.append("    args:")
@@ -205,6 +219,9 @@ def render_spec(kernel: CapturedKernel, *, spec_dir: Path, project_root: Path, c
                           for n, v in launch["constexprs"].items()}
             lines.append(f"    constexprs: {_flow(constexprs)}"
                          + (f"   # {', '.join(unsupported)}: no spec form yet, write by hand" if unsupported else ""))
+        if launch.get("autotune"):
+            chosen = launch["autotune"]
+            lines.append(f"    config: {_flow({**chosen['kwargs'], **chosen['options']})}")
         common, per_backend = _options_by_backend(launch.get("options") or {}, option_backends)
         if common:
             lines.append(f"    options: {_flow(common)}")
