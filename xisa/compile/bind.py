@@ -992,9 +992,12 @@ def _is_project_module(name: str, module: Any) -> bool:
         return not _in_environment(file)
     paths = namespace.get("__path__")  # a namespace package: its folders
     try:
-        return bool(paths) and any(not _in_environment(p) for p in list(paths))
+        folders = list(paths or ())
+    except KeyError:   # a namespace path recomputes from its parent, which a finished load took out of sys.modules
+        folders = list(getattr(paths, "_path", ()))
     except TypeError:
         return False
+    return any(not _in_environment(p) for p in folders)
 
 
 def _dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package: str | None = None,
