@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from xisa.analyze.model import Analysis
@@ -15,7 +16,16 @@ from xisa.spec.cases import Cell
 
 
 def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False) -> CellResult:
-    """Never raises for a cell-level problem: the error is the cell's result, so other cells go on."""
+    """Never raises for a cell-level problem: the error is the cell's result, so other cells go on.
+    Deprecation notices of the libraries a compile runs through (Triton, NumPy, torch, a kernel module's own
+    imports) say nothing about the machine code and would bury the report: they are not printed."""
+    with warnings.catch_warnings():
+        for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
+            warnings.simplefilter("ignore", category)
+        return _compile_cell(cell, roots=roots, keep_stages=keep_stages)
+
+
+def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellResult:
     started = time.perf_counter()
     result = CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="error")
     bound = None

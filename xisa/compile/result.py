@@ -53,6 +53,7 @@ class CellResult(NamedByCell):
             "resources": self.resources(),
             "launch": self.launch.to_json() if self.launch else None,
             "seconds": round(self.seconds, 3),
+            "cached": self.cached,   # read from xisa's result cache, not compiled by this run
         }
 
     def to_cache(self) -> dict[str, Any]:

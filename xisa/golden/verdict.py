@@ -143,6 +143,7 @@ class CellVerdict(NamedByCell):
             "delta": self.delta.to_json() if self.delta else None,
             "expectations": [str(f) for f in self.expectations],
             "launch": self.launch.to_json() if self.launch else None,
+            "cached": self.head.cached if self.head else None,
         }
 
 
