@@ -333,3 +333,17 @@ def test_a_regular_package_appearing_over_an_installed_namespace_package_recompi
         "fakelib.consts", "fakens.consts"), "fakens/consts.py": FAKE["fakelib/consts.py"].replace("2.0", "6.0")})
     shadowed = _compile(root, cache)["k:c@gfx942"]
     assert shadowed[0] == "ok" and not shadowed[1] and shadowed[2] != first[2]
+
+
+def test_an_installed_namespace_subpackage_asking_the_target_loads_for_each_target(installed, tmp_path):
+    """An installed package whose `__init__` imports from a namespace subpackage (Liger's `liger_kernel.ops` and
+    `ops/experimental/`) and whose kernel module asks the target at import: it loads once per target, and the
+    second load must still judge the namespace's folders (recomputed from a parent package that the first
+    load's clean-up took out of sys.modules)."""
+    asks = "_ARCH = triton.runtime.driver.active.get_current_target().arch\nSCALE = tl.constexpr(2.0)"
+    _write(installed, {"fakeops/__init__.py": "", "fakeops/ops/__init__.py": "from fakeops.ops.experimental import extra\n",
+                       "fakeops/ops/experimental/extra.py": "VALUE = 1\n", "fakeops/ops/kern.py": KERNEL.format(imports=asks)})
+    root = _write(tmp_path / "proj", {"pyproject.toml": _pyproject(), "kernels/k.yaml": SPEC.format(
+        name="k", module="fakeops.ops.kern", targets="gfx942, gfx950")})
+    results = _compile(root, tmp_path / "cache")
+    assert {cell: result[0] for cell, result in results.items()} == {"k:c@gfx942": "ok", "k:c@gfx950": "ok"}, results
