@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: capture real launches, compile the captured cases ahead of time, and compare
+# each one's cubin with the cubins the launches themselves compiled (byte for byte). Two programs:
+#   1. tests/kernels/spec_launches.py with every hand-written sm_90 cell of kernels/*.yaml (their runtime checks);
+#   2. examples/liger/run_liger.py, Liger Kernel from a wheel in $WHEELS (an adopter's library, `module:` specs).
+# Then `xisa device --arch sm_90` (hand-written cells: launch fingerprint = ahead-of-time fingerprint).
+#     tests/kernels/gpu_capture.sh OUT_DIR          (WHEELS: a folder of wheels to install offline, optional)
+# Prints one summary line per program: "<program>: N captured cells, M with a launch cubin byte-identical".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?usage: gpu_capture.sh OUT_DIR}
+mkdir -p "$out"
+work=$(mktemp -d)
+python=${PYTHON:-python3}
+if [ -n "${WHEELS:-}" ]; then
+    "$python" -c "import typer, rich, yaml" 2>/dev/null ||
+        "$python" -m pip install -q --no-index --find-links "$WHEELS" typer rich pyyaml
+    "$python" -m pip install -q --no-index --no-deps "$WHEELS"/liger_kernel-*.whl
+fi
+export PYTHONPATH=$PWD XISA_CACHE_DIR=$work/xisa-cache
+repo=$PWD
+xisa() { "$python" -m xisa "$@"; }
+aot() { env -u TRITON_INTERPRET "$python" -m xisa "$@"; }   # a dry run under the interpreter compiles for real
+
+compare() {   # NAME PROJECT LAUNCH_CACHE: each captured cell's AOT cubin against the launches' cubins
+    local name=$1 project=$2 launches=$3
+    (cd "$project" && aot compile --spec captured --arch sm_90 --emit "$work/aot-$name" --json) \
+        > "$out/$name-compile.json" 2> "$out/$name-compile.err"
+    "$python" - "$name" "$work/aot-$name" "$launches" "$out/$name-compile.json" <<'EOF'
+import hashlib, json, sys
+from pathlib import Path
+name, aot, launches, report = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()
+launched = {digest(p) for p in launches.rglob("*.cubin")}
+cells = json.loads(report.read_text())["cells"]
+matched = [c for c in cells if c["status"] == "ok" and any(
+    digest(p) in launched for p in (aot / c["kernel"] / c["case"] / "sm_90").glob("*.cubin"))]
+missing = [f'{c["kernel"]}:{c["case"]} ({c["status"]})' for c in cells if c not in matched]
+print(f"{name}: {len(cells)} captured cells, {len(matched)} with a launch cubin byte-identical"
+      + (f"; not matched: {', '.join(missing)}" if missing else ""))
+EOF
+}
+
+# 1. The hand-written cells, launched through their runtime checks.
+cells=${CELLS:-$(ls golden/*/*/sm_90.yaml | awk -F/ '{print $2":"$3"@sm_90"}')}   # CELLS: a subset
+rm -rf captured   # this checkout's own (git-ignored) capture folder
+TRITON_CACHE_DIR=$work/launch-spec xisa capture -- "$python" tests/kernels/spec_launches.py $cells \
+    > "$out/spec-capture.txt" 2>&1
+echo "spec_launches: capture exit $? ($(grep -c '^wrote' "$out/spec-capture.txt") specs)"
+compare spec "$repo" "$work/launch-spec"
+mkdir -p "$work/spec" && mv captured "$work/spec/"
+
+# 2. Liger Kernel, as an adopter captures it in a repository of their own.
+mkdir -p "$work/liger" && cp examples/liger/run_liger.py "$work/liger/"
+printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/liger/pyproject.toml"
+(cd "$work/liger" && TRITON_CACHE_DIR=$work/launch-liger xisa capture -- "$python" run_liger.py) \
+    > "$out/liger-capture.txt" 2>&1
+echo "liger: capture exit $? ($(grep -c '^wrote' "$out/liger-capture.txt") specs)"
+compare liger "$work/liger" "$work/launch-liger"
+
+# 3. The device tier on the hand-written cells.
+aot device --arch sm_90 --json > "$out/device.json" 2> "$out/device.err"
+echo "device: exit $?"
+tar -C "$work" -czf "$out/captured.tgz" spec/captured liger/captured
