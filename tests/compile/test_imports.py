@@ -347,3 +347,20 @@ def test_an_installed_namespace_subpackage_asking_the_target_loads_for_each_targ
         name="k", module="fakeops.ops.kern", targets="gfx942, gfx950")})
     results = _compile(root, tmp_path / "cache")
     assert {cell: result[0] for cell, result in results.items()} == {"k:c@gfx942": "ok", "k:c@gfx950": "ok"}, results
+
+
+def test_a_variable_the_load_sets_itself_does_not_defeat_the_cache_and_one_the_user_sets_does(tmp_path, monkeypatch):
+    """torch's inductor sets TORCHINDUCTOR_CACHE_DIR when a module imports it: the load's dependency is the value
+    it found (absent), so the next run is a hit; a value the user sets before the run is a miss."""
+    monkeypatch.delenv("XISA_TEST_SETDEFAULT", raising=False)
+    imports = 'import os\nos.environ.setdefault("XISA_TEST_SETDEFAULT", "/tmp/x")\nSCALE = tl.constexpr(2.0)'
+    root = _write(tmp_path / "proj", {"pyproject.toml": _pyproject(), "kernels/k.py": KERNEL.format(imports=imports),
+                                      "kernels/k.yaml": SPEC.format(name="k", module="x", targets="gfx942")
+                                      .replace("module: x", "source: k.py")})
+    cache = tmp_path / "cache"
+    first = _compile(root, cache)["k:c@gfx942"]
+    assert first[0] == "ok" and not first[1], first
+    assert "XISA_TEST_SETDEFAULT" not in os.environ            # the load's setting was undone
+    assert _compile(root, cache)["k:c@gfx942"][1]             # cached
+    monkeypatch.setenv("XISA_TEST_SETDEFAULT", "/elsewhere")
+    assert not _compile(root, cache)["k:c@gfx942"][1]         # the load now finds another value

@@ -475,9 +475,12 @@ ENVIRONMENT_ENTRY = "$"
 def dependency_digest(name: str) -> str | None:
     """A depfile entry's SHA-256 now: a file's bytes, or a `$NAME` variable's value; None when absent."""
     if name.startswith(ENVIRONMENT_ENTRY):
-        value = os.environ.get(name[len(ENVIRONMENT_ENTRY):])
-        return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+        return _value_digest(os.environ.get(name[len(ENVIRONMENT_ENTRY):]))
     return file_sha256(name)
+
+
+def _value_digest(value: str | None) -> str | None:
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()
 
 
 def _load_key(spec: KernelSpec, target=None) -> tuple:
@@ -588,7 +591,9 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> _LoadedM
         package_folders = _package_folders(added, top)
         dependencies = _dependency_files(added, reads, kernel_package=top, package_folders=package_folders)
         dependencies.update({str(hook): file_sha256(str(hook)) for hook in spec.import_hooks})
-        dependencies.update({ENVIRONMENT_ENTRY + name: dependency_digest(ENVIRONMENT_ENTRY + name)
+        # A variable's value as the load found it: one the load sets itself (torch's inductor sets
+        # TORCHINDUCTOR_CACHE_DIR when imported) is absent again when the next process starts its load.
+        dependencies.update({ENVIRONMENT_ENTRY + name: _value_digest(saved_environ.get(name))
                              for name in sorted(variables) if not toolchain_variable(name)})
     finally:
         _READS, _ENV_READS = None, None
