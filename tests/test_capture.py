@@ -383,3 +383,53 @@ def test_a_real_launch_records_what_the_interpreter_records(captured, tmp_path, 
     case = yaml.safe_load((root / "captured" / "scale_kernel.yaml").read_text())["cases"][0]
     interpreted = yaml.safe_load((captured[0] / "captured" / "scale_kernel.yaml").read_text())["cases"][0]
     assert case == interpreted
+
+
+TMA_KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_tile(in_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
+    out_desc.store([0, 0], in_desc.load([0, 0]))
+'''
+
+TMA_PROGRAM = '''
+import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
+from tma import copy_tile
+
+x = torch.randn(64, 64, dtype=torch.float16)
+y = torch.empty_like(x)
+copy_tile[(1,)](TensorDescriptor.from_tensor(x, [32, 32]), TensorDescriptor.from_tensor(y, [32, 32]), BM=32, BN=32)
+assert torch.equal(x[:32, :32], y[:32, :32])
+'''
+
+TMA_HAND = '''
+name: copy_hand
+source: tma.py
+function: copy_tile
+cases:
+  - name: tile
+    args:
+      in_desc: {descriptor: fp16, shape: [64, 64], block_shape: [32, 32]}
+      out_desc: {descriptor: fp16, shape: [64, 64], block_shape: [32, 32]}
+    constexprs: {BM: 32, BN: 32}
+'''
+
+
+def test_a_host_tensor_descriptor_is_captured_as_the_spec_descriptor_form(tmp_path, run_xisa):
+    (tmp_path / "tma.py").write_text(TMA_KERNEL)
+    (tmp_path / "run_tma.py").write_text(TMA_PROGRAM)
+    (tmp_path / "hand.yaml").write_text(TMA_HAND)
+    capture = run_xisa("capture", "--", sys.executable, "run_tma.py", cwd=tmp_path, env={"TRITON_INTERPRET": "1"})
+    assert capture.code == 0, capture.err
+    spec = yaml.safe_load((tmp_path / "captured" / "copy_tile.yaml").read_text())
+    assert spec["cases"][0]["args"]["in_desc"] == {"descriptor": "float16", "shape": [64, 64], "strides": [64, 1],
+                                                   "block_shape": [32, 32]}
+    result = run_xisa("compile", "--spec", "captured/copy_tile.yaml", "--spec", "hand.yaml", "--arch", "sm_90",
+                      "--json", cwd=tmp_path)
+    assert result.code == 0, result.err
+    sha = {c["kernel"]: c["sha256"] for c in json.loads(result.out)["cells"]}
+    assert sha["copy_tile"] == sha["copy_hand"] and sha["copy_tile"]

@@ -256,6 +256,12 @@ def _argument(value, kind):
                 "torch_dtype": str(getattr(value, "dtype", "")).removeprefix("torch."), "shape": shape,
                 "strides": strides, "align": align, "storage_bytes": storage,
                 "element_bytes": getattr(getattr(value, "dtype", None), "itemsize", None)}
+    if type(value).__name__ == "TensorDescriptor" and hasattr(value, "block_shape"):   # a host-side TMA descriptor
+        if getattr(value, "round_f32_to_tf32", False):
+            return {"unsupported": "TensorDescriptor(round_f32_to_tf32=True)", "repr": repr(value)[:200]}
+        return {"descriptor": str(value.base.dtype).removeprefix("torch."), "shape": [int(s) for s in value.shape],
+                "strides": [int(s) for s in value.strides], "block_shape": [int(s) for s in value.block_shape],
+                "padding": str(value.padding)}
     if isinstance(value, bool) or value is None:
         return {"value": value}
     if isinstance(value, int) or type(value).__name__.startswith(("int", "uint")):

@@ -146,6 +146,9 @@ def _tensor(arg: dict, dtype_names: set[str]) -> tuple[dict, list[str]]:
 def _value(arg: dict) -> tuple[Any, list[str]]:
     if "unsupported" in arg:   # a mapping the spec loader refuses loudly, never a silent stand-in
         return {"unsupported": arg["unsupported"]}, [f"{arg.get('repr', '')}: no spec form yet, write this one by hand"]
+    if "descriptor" in arg:    # the spec's TensorDescriptor form; zero padding is its default
+        keys = ("descriptor", "shape", "strides", "block_shape") + (("padding",) if arg["padding"] != "zero" else ())
+        return {key: arg[key] for key in keys}, []
     return arg["value"], []
 
 
