@@ -99,6 +99,31 @@ def copy_corpus(dest: Path) -> Path:
     return dest
 
 
+def write_files(root: Path, files: dict[str, str]) -> Path:
+    """Each `relative path: text` of `files` written under `root` (folders made); returns `root`."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+_ONE_CASE_SPEC = """name: {name}
+{where}
+function: kern
+targets: [{targets}]
+cases:
+  - name: c
+    args: {{x_ptr: '*fp32', y_ptr: '*fp32'}}
+    constexprs: {{BLOCK: 64}}
+"""
+
+
+def one_case_spec(name: str, where: str, targets: str = "gfx942") -> str:
+    """A spec of `kern(x_ptr, y_ptr, BLOCK)` with one case `c`; `where` is its `source:` or `module:` line."""
+    return _ONE_CASE_SPEC.format(name=name, where=where, targets=targets)
+
+
 def copy_tinyproj(dest: Path) -> Path:
     """A copy of tests/fixtures/tinyproj at `dest`: two kernels, three targets, a gfx11-only branch."""
     shutil.copytree(FIXTURES / "tinyproj", dest)

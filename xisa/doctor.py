@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from xisa.analyze.backends import AMD, BACKENDS
 from xisa.names import display_path
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, XisaError
 from xisa.compile.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON,
@@ -21,7 +22,6 @@ from xisa.compile.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REF
                             unclassified_variables, wheel_tool)
 
 DOCTOR_SCHEMA_VERSION = 1
-NVIDIA_TOOLS = ("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm")
 
 
 def _installed_triton() -> str | None:
@@ -64,7 +64,11 @@ def _lld() -> dict[str, Any]:
     return {"found": bool(system), "path": system, "note": "from PATH" if system else "not found"}
 
 
-def _nvidia_tool(name: str, env) -> dict[str, Any]:
+def _find_tool(name: str, env) -> dict[str, Any]:
+    return _lld() if name == "ld.lld" else _wheel_tool(name, env)
+
+
+def _wheel_tool(name: str, env) -> dict[str, Any]:
     """The tool Triton would run: the one a TRITON_<TOOL>_PATH names (which xisa refuses), else the wheel's."""
     variable = f"TRITON_{name.upper().replace('-', '_')}_PATH"
     if env.get(variable, "") not in ("", "0"):
@@ -121,16 +125,17 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
     elif not supported:
         problems.append(f"Triton {version} is not supported: xisa supports {low[0]}.{low[1]} to {high[0]}.{high[1]}")
     backends = _backends() if version else []
-    codegen = amd_codegen_revision() if "amd" in backends else None
-    tools = {"ld.lld": _lld() if "amd" in backends else {"found": False, "path": None, "note": "no AMD backend"}}
-    for name in NVIDIA_TOOLS:
-        tools[name] = (_nvidia_tool(name, env) if "nvidia" in backends
-                       else {"found": False, "path": None, "note": "no NVIDIA backend"})
+    codegen = amd_codegen_revision() if AMD.package in backends else None
+    tools = {}
+    for handler in BACKENDS:
+        for name in handler.tools:
+            tools[name] = (_find_tool(name, env) if handler.package in backends
+                           else {"found": False, "path": None, "note": f"no {handler.vendor} backend"})
     ptxas = ptxas_version() if tools["ptxas"]["found"] else None
     if ptxas:
         tools["ptxas"]["version"] = ptxas
     for name, tool in tools.items():
-        if not tool["found"] and tool["note"] not in ("no AMD backend", "no NVIDIA backend"):
+        if not tool["found"] and not tool["note"].endswith(" backend"):
             warnings.append(f"{name} not found: cells of that backend will fail to compile")
 
     overridden = {k: {"user": v, "pinned": PINNED_ENV[k]} for k, v in pinned_overrides(dict(env)).items()}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, one_case_spec, write_files
 from xisa.compile.cache import ResultCache, triton_cache_class, write_private
 from xisa.compile.result import CellResult
 
@@ -40,25 +40,6 @@ def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
     tl.store(y_ptr + r, f(tl.load(x_ptr + r)))
 """
 
-SPEC = """name: {name}
-{where}
-function: kern
-targets: [gfx942]
-cases:
-  - name: c
-    args: {{x_ptr: '*fp32', y_ptr: '*fp32'}}
-    constexprs: {{BLOCK: 64}}
-"""
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
 def _edit_helper(path: Path) -> None:
     path.write_text(path.read_text().replace("x * 2.0", "x * 3.0"))
 
@@ -75,8 +56,8 @@ def test_same_named_helpers_in_two_spec_folders_never_share_a_module(run_xisa, t
     for name in ("ka", "kb"):
         files[f"kernels/{name}/common.py"] = HELPER
         files[f"kernels/{name}/k.py"] = KERNEL.format(imports="from common import f")
-        files[f"kernels/{name}/{name}.yaml"] = SPEC.format(name=name, where="source: k.py")
-    root = _write(tmp_path / "proj", files)
+        files[f"kernels/{name}/{name}.yaml"] = one_case_spec(name, "source: k.py")
+    root = write_files(tmp_path / "proj", files)
     env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
     assert run_xisa("bless", "--no-cache", "--jobs", "1", cwd=root, env=env).code == 0
     for jobs in ("1", "2"):
@@ -109,8 +90,8 @@ def test_a_helper_that_replaces_itself_in_sys_modules_is_not_shared(run_xisa, tm
     for name, scale in (("ka", "2.0"), ("kb", "3.0")):
         files[f"kernels/{name}/cfg.py"] = SELF_REPLACING.format(scale=scale)
         files[f"kernels/{name}/k.py"] = SCALED_KERNEL.format(prelude="from cfg import SCALE", scale="SCALE")
-        files[f"kernels/{name}/{name}.yaml"] = SPEC.format(name=name, where="source: k.py")
-    root = _write(tmp_path / "proj", files)
+        files[f"kernels/{name}/{name}.yaml"] = one_case_spec(name, "source: k.py")
+    root = write_files(tmp_path / "proj", files)
     out = run_xisa("compile", "--jobs", "1", "--no-cache", "--json", cwd=root, env={"XISA_CACHE_DIR": str(tmp_path / "c")})
     assert out.code == 0, out.err
     cells = {c["kernel"]: c for c in json.loads(out.out)["cells"]}
@@ -129,12 +110,12 @@ def test_a_load_that_changes_how_triton_compiles_is_refused_and_undone(run_xisa,
     with global loads: its verdict depended on the job count and order."""
     redirect = tmp_path / "proj" / "elsewhere"
     quiet = f"import os\n\nos.environ['TRITON_CACHE_DIR'] = {str(redirect)!r}\n" + SETS_CODEGEN[setting]
-    root = _write(tmp_path / "proj", {
+    root = write_files(tmp_path / "proj", {
         "pyproject.toml": '[tool.xisa]\nspecs = ["kernels/ka", "kernels/kb"]\n',
         "kernels/ka/k.py": KERNEL.format(imports=quiet + "\n\n\n@triton.jit\ndef f(x):\n    return x * 2.0"),
-        "kernels/ka/ka.yaml": SPEC.format(name="ka", where="source: k.py"),
+        "kernels/ka/ka.yaml": one_case_spec("ka", "source: k.py"),
         "kernels/kb/common.py": HELPER, "kernels/kb/k.py": KERNEL.format(imports="from common import f"),
-        "kernels/kb/kb.yaml": SPEC.format(name="kb", where="source: k.py")})
+        "kernels/kb/kb.yaml": one_case_spec("kb", "source: k.py")})
     out = run_xisa("compile", "--jobs", "1", "--no-cache", "--json", cwd=root, env={"XISA_CACHE_DIR": str(tmp_path / "c")})
     assert out.code == 2, out.err
     cells = {c["kernel"]: c for c in json.loads(out.out)["cells"]}
@@ -148,29 +129,29 @@ def test_a_load_that_changes_how_triton_compiles_is_refused_and_undone(run_xisa,
 # --- item 3: the cache key covers every file the kernel's load imported -------------------------------
 
 def _src_layout(root: Path) -> dict[str, str]:
-    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "src/mylib/__init__.py": "",
+    write_files(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "src/mylib/__init__.py": "",
                   "src/mylib/helpers.py": HELPER,
                   "kernels/k.py": KERNEL.format(imports="from mylib.helpers import f"),
-                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+                  "kernels/k.yaml": one_case_spec("k", "source: k.py")})
     path = os.pathsep.join(p for p in (str(root / "src"), os.environ.get("PYTHONPATH")) if p)
     return {"PYTHONPATH": path}
 
 
 def _relative_import_in_module(root: Path) -> dict[str, str]:
-    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "pkg/__init__.py": "",
+    write_files(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "pkg/__init__.py": "",
                   "pkg/sub/__init__.py": "", "pkg/sub/helpers.py": HELPER,
                   "pkg/kern.py": KERNEL.format(imports="from .sub import helpers\n\nf = helpers.f"),
-                  "kernels/k.yaml": SPEC.format(name="k", where="module: pkg.kern")})
+                  "kernels/k.yaml": one_case_spec("k", "module: pkg.kern")})
     return {}
 
 
 def _vendored(root: Path) -> dict[str, str]:
     vendoring = ("import os\nimport sys\n\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '_vendor'))\n"
                  "from vlib import f  # noqa: E402")
-    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+    write_files(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
                   "kernels/_vendor/vlib/__init__.py": "from vlib.helpers import f  # noqa: F401\n",
                   "kernels/_vendor/vlib/helpers.py": HELPER, "kernels/k.py": KERNEL.format(imports=vendoring),
-                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+                  "kernels/k.yaml": one_case_spec("k", "source: k.py")})
     return {}
 
 
@@ -179,9 +160,9 @@ def _loaded_by_path(root: Path) -> dict[str, str]:
                "_spec = importlib.util.spec_from_file_location('byhand', os.path.join(os.path.dirname(__file__), "
                "'lib', 'helpers.py'))\n_helpers = importlib.util.module_from_spec(_spec)\n"
                "_spec.loader.exec_module(_helpers)\nf = _helpers.f")
-    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/lib/helpers.py": HELPER,
+    write_files(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/lib/helpers.py": HELPER,
                   "kernels/k.py": KERNEL.format(imports=by_path),
-                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+                  "kernels/k.yaml": one_case_spec("k", "source: k.py")})
     return {}
 
 
@@ -228,9 +209,9 @@ def _replace(path: Path, old: str, new: str) -> None:
 def _table_read_by_a_constexpr_function(root: Path) -> dict[str, str]:
     prelude = ("from tables import TABLE\n\n\n@triton.constexpr_function\ndef scale():\n"
                "    return TABLE[\"scale\"]")
-    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/tables.py": 'TABLE = {"scale": 2.0}\n',
+    write_files(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/tables.py": 'TABLE = {"scale": 2.0}\n',
                   "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="scale()"),
-                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+                  "kernels/k.yaml": one_case_spec("k", "source: k.py")})
     return {}
 
 
@@ -244,9 +225,9 @@ def _file_read_while_compiling(root: Path) -> dict[str, str]:
                "        with open(os.path.join(os.path.dirname(__file__), 'tuning.json')) as handle:\n"
                "            self.scale = json.load(handle)['scale']\n\n\n"
                "@triton.constexpr_function\ndef scale():\n    return Tuning().scale")
-    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/tuning.json": '{"scale": 2.0}\n',
+    write_files(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/tuning.json": '{"scale": 2.0}\n',
                   "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="scale()"),
-                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+                  "kernels/k.yaml": one_case_spec("k", "source: k.py")})
     return {}
 
 
@@ -257,9 +238,9 @@ def _edit_tuning_file(root: Path) -> dict[str, str]:
 
 def _environment_read_at_import(root: Path) -> dict[str, str]:
     prelude = "import os\n\nSCALE = tl.constexpr(float(os.environ.get('KERNEL_SCALE', '2.0')))"
-    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+    write_files(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
                   "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="SCALE"),
-                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+                  "kernels/k.yaml": one_case_spec("k", "source: k.py")})
     return {}
 
 
@@ -272,9 +253,9 @@ def _file_assembled_by_inline_asm(root: Path) -> dict[str, str]:
                "__file__)), 'extra.s') + '\"')\n\n\n@triton.jit\ndef nops(x):\n"
                "    return tl.inline_asm_elementwise(INCLUDE + '\\nv_mov_b32 $0, $1', '=v,v', [x], dtype=tl.float32, "
                "is_pure=True, pack=1)")
-    _write(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/extra.s": "s_nop 0\n",
+    write_files(root, {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/extra.s": "s_nop 0\n",
                   "kernels/k.py": SCALED_KERNEL.format(prelude=prelude, scale="0.0 + nops(tl.load(x_ptr + r))"),
-                  "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+                  "kernels/k.yaml": one_case_spec("k", "source: k.py")})
     return {}
 
 
@@ -308,11 +289,11 @@ def test_warm_check_sees_a_change_to_what_the_compile_used(run_xisa, tmp_path, u
 def test_an_edit_under_a_stale_bytecode_cache_is_compiled(run_xisa, tmp_path):
     """A __pycache__ entry is trusted by its source's mtime and size: an edit that keeps both (a restored mtime,
     a checkout in the same second) must still be what the kernel compiles with, even with --no-cache."""
-    root = _write(tmp_path / "proj", {
+    root = write_files(tmp_path / "proj", {
         "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/consts.py": "import triton.language as tl\n\n"
         "SCALE = tl.constexpr(2.0)\n", "kernels/k.py": SCALED_KERNEL.format(prelude="from consts import SCALE",
                                                                           scale="SCALE"),
-        "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+        "kernels/k.yaml": one_case_spec("k", "source: k.py")})
     env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
     assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0
     consts = root / "kernels" / "consts.py"
@@ -333,9 +314,9 @@ def test_a_triton_from_outside_its_wheel_is_part_of_the_key(run_xisa, tmp_path):
     checkout = tmp_path / "triton-src"
     shutil.copytree(Path(triton.__file__).parent, checkout / "triton", copy_function=os.symlink,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    root = _write(tmp_path / "proj", {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+    root = write_files(tmp_path / "proj", {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
                                       "kernels/common.py": HELPER, "kernels/k.py": KERNEL.format(imports="from common import f"),
-                                      "kernels/k.yaml": SPEC.format(name="k", where="source: k.py")})
+                                      "kernels/k.yaml": one_case_spec("k", "source: k.py")})
     path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH")) if p)
     env = {"XISA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": path}
     assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0
@@ -379,8 +360,8 @@ def test_an_entry_is_a_hit_only_while_its_depfile_holds(tmp_path):
 # --- item 13: a `module:` spec whose parent package is missing ----------------------------------------
 
 def test_module_with_a_missing_parent_package_is_one_line(run_xisa, tmp_path):
-    root = _write(tmp_path / "proj", {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
-                                      "kernels/k.yaml": SPEC.format(name="k", where="module: no_such_pkg.kernels")})
+    root = write_files(tmp_path / "proj", {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+                                      "kernels/k.yaml": one_case_spec("k", "module: no_such_pkg.kernels")})
     out = run_xisa("compile", "--jobs", "1", "--json", cwd=root, env={"XISA_CACHE_DIR": str(tmp_path / "c")})
     assert out.code == 2 and "Traceback" not in out.err
     lines = [line for line in out.err.splitlines() if line.strip()]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import one_case_spec, write_files
 from xisa.errors import SpecError
 
 KERNEL = """import triton
@@ -23,25 +24,6 @@ def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
     r = tl.arange(0, BLOCK)
     tl.store(y_ptr + r, tl.load(x_ptr + r) * SCALE)
 """
-
-SPEC = """name: {name}
-module: {module}
-function: kern
-targets: [{targets}]
-cases:
-  - name: c
-    args: {{x_ptr: '*fp32', y_ptr: '*fp32'}}
-    constexprs: {{BLOCK: 64}}
-"""
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
 
 def _pyproject(**settings: list[str]) -> str:
     lines = ['[tool.xisa]', 'specs = ["kernels"]']
@@ -82,12 +64,12 @@ def _load(root: Path, cwd: Path, target_name: str | None = None):
 # --- a. [tool.xisa] pythonpath ---------------------------------------------------------------------------
 
 def _src_vendor_project(root: Path) -> Path:
-    return _write(root, {
+    return write_files(root, {
         "pyproject.toml": _pyproject(pythonpath=["src", "vendor"]),
         "src/mylib/__init__.py": "", "src/which.py": "WHERE = 'src'\n", "vendor/which.py": "WHERE = 'vendor'\n",
         "vendor/vlib.py": "import triton.language as tl\n\nSCALE = tl.constexpr(2.0)\n",
         "src/mylib/kern.py": KERNEL.format(imports="from vlib import SCALE\nfrom which import WHERE"),
-        "kernels/k.yaml": SPEC.format(name="k", module="mylib.kern", targets="gfx942"),
+        "kernels/k.yaml": one_case_spec("k", "module: mylib.kern", "gfx942"),
     })
 
 
@@ -137,7 +119,7 @@ def installed(tmp_path, monkeypatch):
     """A site folder holding `fakelib`, counted as installed (like site-packages) and on sys.path."""
     from xisa.compile import bind
 
-    site = _write(tmp_path / "site", FAKE)
+    site = write_files(tmp_path / "site", FAKE)
     environment = bind._environment_roots()
     monkeypatch.setattr(bind, "_environment_roots", lambda: (*environment, os.path.join(str(site), "")))
     bind._in_environment.cache_clear()
@@ -147,8 +129,8 @@ def installed(tmp_path, monkeypatch):
 
 
 def _installed_project(root: Path, **settings) -> Path:
-    return _write(root, {"pyproject.toml": _pyproject(**settings),
-                         "kernels/k.yaml": SPEC.format(name="k", module="fakelib.ops", targets="gfx942")})
+    return write_files(root, {"pyproject.toml": _pyproject(**settings),
+                         "kernels/k.yaml": one_case_spec("k", "module: fakelib.ops", "gfx942")})
 
 
 def test_an_installed_kernel_package_loads_and_its_files_are_dependencies(installed, tmp_path):
@@ -199,7 +181,7 @@ def test_a_copy_of_the_package_appearing_earlier_on_the_path_recompiles(installe
     (root / "vendor").mkdir()
     cache = tmp_path / "cache"
     first = _compile(root, cache)["k:c@gfx942"]
-    _write(root / "vendor", {**FAKE, "fakelib/consts.py": FAKE["fakelib/consts.py"].replace("2.0", "4.0")})
+    write_files(root / "vendor", {**FAKE, "fakelib/consts.py": FAKE["fakelib/consts.py"].replace("2.0", "4.0")})
     shadowed = _compile(root, cache)["k:c@gfx942"]
     assert shadowed[0] == "ok" and not shadowed[1] and shadowed[2] != first[2]
 
@@ -247,8 +229,8 @@ def test_the_current_target_at_import_is_the_loads_and_each_target_loads_its_own
 
 
 def test_a_module_that_never_asks_the_target_loads_once_for_every_target(gpu_project):
-    _write(gpu_project, {"kernels/plain.py": KERNEL.format(imports="SCALE = tl.constexpr(2.0)"),
-                         "kernels/plain.yaml": SPEC.format(name="plain", module="x", targets="gfx942, gfx950")
+    write_files(gpu_project, {"kernels/plain.py": KERNEL.format(imports="SCALE = tl.constexpr(2.0)"),
+                         "kernels/plain.yaml": one_case_spec("plain", "module: x", "gfx942, gfx950")
                          .replace("module: x", "source: plain.py")})
     assert _load_for(gpu_project, "plain", "gfx942") is _load_for(gpu_project, "plain", "gfx950")
 
@@ -321,15 +303,15 @@ def test_while_a_cell_binds_and_compiles_the_current_target_is_the_cells(gpu_pro
 def test_a_regular_package_appearing_over_an_installed_namespace_package_recompiles(installed, tmp_path):
     """`fakens` is a namespace package (no __init__.py) in the site folder; a regular `fakens` put anywhere on the
     path wins over every namespace portion: the entry keyed on the namespace's files must not answer."""
-    _write(installed, {"fakens/ops.py": FAKE["fakelib/ops.py"].replace("fakelib.consts", "fakens.consts"),
+    write_files(installed, {"fakens/ops.py": FAKE["fakelib/ops.py"].replace("fakelib.consts", "fakens.consts"),
                        "fakens/consts.py": FAKE["fakelib/consts.py"]})
-    root = _write(tmp_path / "proj", {"pyproject.toml": _pyproject(pythonpath=["vendor"]),
-                                      "kernels/k.yaml": SPEC.format(name="k", module="fakens.ops", targets="gfx942")})
+    root = write_files(tmp_path / "proj", {"pyproject.toml": _pyproject(pythonpath=["vendor"]),
+                                      "kernels/k.yaml": one_case_spec("k", "module: fakens.ops", "gfx942")})
     (root / "vendor").mkdir()
     cache = tmp_path / "cache"
     first = _compile(root, cache)["k:c@gfx942"]
     assert first[0] == "ok", first
-    _write(root / "vendor", {"fakens/__init__.py": "", "fakens/ops.py": FAKE["fakelib/ops.py"].replace(
+    write_files(root / "vendor", {"fakens/__init__.py": "", "fakens/ops.py": FAKE["fakelib/ops.py"].replace(
         "fakelib.consts", "fakens.consts"), "fakens/consts.py": FAKE["fakelib/consts.py"].replace("2.0", "6.0")})
     shadowed = _compile(root, cache)["k:c@gfx942"]
     assert shadowed[0] == "ok" and not shadowed[1] and shadowed[2] != first[2]
@@ -341,10 +323,10 @@ def test_an_installed_namespace_subpackage_asking_the_target_loads_for_each_targ
     second load must still judge the namespace's folders (recomputed from a parent package that the first
     load's clean-up took out of sys.modules)."""
     asks = "_ARCH = triton.runtime.driver.active.get_current_target().arch\nSCALE = tl.constexpr(2.0)"
-    _write(installed, {"fakeops/__init__.py": "", "fakeops/ops/__init__.py": "from fakeops.ops.experimental import extra\n",
+    write_files(installed, {"fakeops/__init__.py": "", "fakeops/ops/__init__.py": "from fakeops.ops.experimental import extra\n",
                        "fakeops/ops/experimental/extra.py": "VALUE = 1\n", "fakeops/ops/kern.py": KERNEL.format(imports=asks)})
-    root = _write(tmp_path / "proj", {"pyproject.toml": _pyproject(), "kernels/k.yaml": SPEC.format(
-        name="k", module="fakeops.ops.kern", targets="gfx942, gfx950")})
+    root = write_files(tmp_path / "proj", {"pyproject.toml": _pyproject(),
+                                           "kernels/k.yaml": one_case_spec("k", "module: fakeops.ops.kern", "gfx942, gfx950")})
     results = _compile(root, tmp_path / "cache")
     assert {cell: result[0] for cell, result in results.items()} == {"k:c@gfx942": "ok", "k:c@gfx950": "ok"}, results
 
@@ -354,8 +336,8 @@ def test_a_variable_the_load_sets_itself_does_not_defeat_the_cache_and_one_the_u
     it found (absent), so the next run is a hit; a value the user sets before the run is a miss."""
     monkeypatch.delenv("XISA_TEST_SETDEFAULT", raising=False)
     imports = 'import os\nos.environ.setdefault("XISA_TEST_SETDEFAULT", "/tmp/x")\nSCALE = tl.constexpr(2.0)'
-    root = _write(tmp_path / "proj", {"pyproject.toml": _pyproject(), "kernels/k.py": KERNEL.format(imports=imports),
-                                      "kernels/k.yaml": SPEC.format(name="k", module="x", targets="gfx942")
+    root = write_files(tmp_path / "proj", {"pyproject.toml": _pyproject(), "kernels/k.py": KERNEL.format(imports=imports),
+                                      "kernels/k.yaml": one_case_spec("k", "module: x", "gfx942")
                                       .replace("module: x", "source: k.py")})
     cache = tmp_path / "cache"
     first = _compile(root, cache)["k:c@gfx942"]

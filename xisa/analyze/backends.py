@@ -49,6 +49,7 @@ _EXPECTABLE = frozenset(r.key for r in RESOURCES if r.expect)
 @dataclass(frozen=True)
 class Backend:
     name: str                       # Triton's backend: GPUTarget(name, arch, warp_size)
+    package: str                    # its package in the wheel: triton.backends.<package>
     vendor: str                     # as users say it: AMD | NVIDIA
     isa: str                        # as analyses and goldens name it: amdgcn | sass
     stages: tuple[str, ...]         # the Triton stages xisa keeps (`--emit`)
@@ -56,6 +57,7 @@ class Backend:
     binary: str                     # the stage the hardware loads
     # What a tool must print about `binary` for the analysis (None: the bytes themselves are analyzed).
     binary_tool: tuple[str, ...] | None
+    tools: tuple[str, ...]          # the programs its compiles and analysis run (`xisa doctor` looks for them)
     base_mnemonic: Callable[[str], str]        # `v_add_f32_e32` -> `v_add_f32`, `HMMA.16816.F32` -> `HMMA`
     # The resource keys its analysis reports: those an expectation may name first, in the order
     # messages list them, then those only shown.
@@ -79,6 +81,11 @@ class Backend:
     device_arch: Callable[[Any], str]          # a torch device's properties -> the arch `device.match` globs
     _analyze: Callable[..., Analysis] = field(repr=False)
     _launch_excess: Callable[..., list[Excess]] = field(repr=False)
+
+    @property
+    def text_stages(self) -> tuple[str, ...]:
+        """The kept stages that are text (every one but the binary)."""
+        return tuple(stage for stage in self.stages if stage != self.binary)
 
     @property
     def expectable_resources(self) -> tuple[str, ...]:
@@ -145,8 +152,9 @@ def base_gcn_arch(gcn_arch_name: str) -> str:
 _GLOB = re.compile(r"[*?\[]")
 
 AMD = Backend(
-    name="hip", vendor="AMD", isa="amdgcn",
+    name="hip", package="amd", vendor="AMD", isa="amdgcn",
     stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"), assembly="amdgcn", binary="hsaco", binary_tool=None,
+    tools=("ld.lld",),
     base_mnemonic=amdgcn.base_mnemonic,
     resources=("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes", "occupancy",
                "llvm_occupancy", "kernarg_bytes", "wavefront_size"),
@@ -174,9 +182,9 @@ AMD = Backend(
 )
 
 NVIDIA = Backend(
-    name="cuda", vendor="NVIDIA", isa="sass",
+    name="cuda", package="nvidia", vendor="NVIDIA", isa="sass",
     stages=("ttir", "ttgir", "llir", "ptx", "cubin", "sass"), assembly="sass", binary="cubin",
-    binary_tool=("cuobjdump", "--dump-resource-usage"),
+    binary_tool=("cuobjdump", "--dump-resource-usage"), tools=("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm"),
     base_mnemonic=sass.base_mnemonic,
     resources=("registers", "stack_bytes", "local_bytes", "lds_bytes", "occupancy", "llvm_occupancy"),
     # AMD's scratch (private segment: spills and stack) is NVIDIA's per-thread stack plus local memory.

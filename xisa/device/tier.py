@@ -117,11 +117,12 @@ def _emit_pair(folder: Path, cell, launch, aot_result) -> None:
 
     out = folder / cell.kernel.name / cell.case / cell.target.name
     out.mkdir(parents=True, exist_ok=True)
+    text_stages = cell.target.handler.text_stages
     for stage, content in launch.compiled.asm.items():
-        if stage in ("ttgir", "llir", "ptx", "amdgcn", "sass"):
+        if stage in text_stages:
             (out / f"launch.{stage}").write_text(str(content), encoding="utf-8")
     for stage, content in aot_result.stages.items():
-        if stage in ("ttgir", "llir", "ptx", "amdgcn", "sass"):
+        if stage in text_stages:
             (out / f"aot.{stage}").write_text(str(content), encoding="utf-8")
     (out / "launch.normalized").write_text(analyze_compiled(cell, launch.compiled, launch.compiled.metadata).stream_text)
     if aot_result.analysis is not None:
