@@ -44,6 +44,13 @@ xisa.cli.main(sys.argv[1:])
 """
 
 
+def _as_from_a_terminal() -> None:
+    """Run in the child before xisa starts: SIGINT as a foreground process in a terminal has it. A shell starts
+    background jobs (`cmd &`, as some CI runners do) with SIGINT ignored, and Python keeps an ignored SIGINT
+    ignored, so Ctrl-C could not be tested there."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(shared_cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}
     env["XISA_CACHE_DIR"] = str(shared_cache)
@@ -71,7 +78,7 @@ def test_sigint_during_bless_leaves_every_golden_old_or_new(changed_after_bless,
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     proc = subprocess.Popen([sys.executable, str(driver), "bless"], cwd=project, env=_env(shared_cache),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_terminal)
     first = proc.stderr.readline()
     assert first.startswith("TEST: second golden in flight"), first + proc.stderr.read()
     proc.send_signal(signal.SIGINT)
@@ -102,7 +109,8 @@ def test_sigint_at_any_moment_of_bless_exits_130_with_one_line(changed_after_ble
     interrupted = 0
     for delay in (0.6, 0.8, 1.0, 1.3):
         proc = subprocess.Popen([sys.executable, "-m", "xisa", "bless"], cwd=project, env=_env(shared_cache),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_as_from_a_terminal)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)

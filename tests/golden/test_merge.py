@@ -84,8 +84,14 @@ def test_shards_merge_to_the_unsharded_verdict(shards, tmp_path, capsys):
     code, out, err = _merge(tmp_path, capsys, shards["s1"], shards["s2"], args=("--format", "json"))
     merged = json.loads(out)
     assert code == merged["exit_code"] == shards["whole"].code, err
-    for key in ("cells", "counts", "isolation_violated", "selection", "toolchain", "scopes", "problems"):
+    for key in ("counts", "isolation_violated", "selection", "toolchain", "scopes", "problems"):
         assert merged[key] == whole[key], key
+    # Each cell as the unsharded run judged it; whether a run found it in the cache is that run's own fact.
+    def verdicts(report: dict) -> list[dict]:
+        return [{k: v for k, v in cell.items() if k != "cached"} for cell in report["cells"]]
+
+    assert verdicts(merged) == verdicts(whole)
+    assert all(isinstance(cell["cached"], bool) for cell in merged["cells"])
 
 
 def test_shards_of_different_selections_are_refused(shards, tmp_path, capsys):
