@@ -1,0 +1,172 @@
+"""Stage attribution end to end on tinyproj: fingerprints survive moved lines and checkouts, a changed
+cell says which stage its change started at, and goldens without stage fingerprints load, compare and
+bless exactly as before (`--record-stages` adds them, to unchanged cells only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import copy_tinyproj
+from xisa.analyze.backends import AMD
+from xisa.golden.store import golden_paths, list_goldens
+from xisa.yamlio import dump_yaml
+
+ARCH = "gfx942"          # one target keeps these compiles short; the attribution is the backend table's
+
+
+def _cells(out) -> dict[str, dict]:
+    return {f"{c['kernel']}:{c['case']}@{c['target']}": c for c in json.loads(out.out)["cells"]}
+
+
+def _goldens(project: Path) -> dict[Path, bytes]:
+    folder = project / "golden"
+    return {path: path.read_bytes() for key in list_goldens(folder)
+            for path in golden_paths(folder, *key) if path.exists()}
+
+
+def _change_scale(project: Path) -> None:
+    """A Python-level edit of the path every non-gfx11 target compiles: TTIR changes."""
+    source = project / "kernels" / "scale.py"
+    text = source.read_text()
+    assert "        y = x * factor\n" in text
+    source.write_text(text.replace("        y = x * factor\n", "        y = x * factor - 1.0\n"))
+
+
+def _drop_stages(project: Path) -> None:
+    """Make every golden what an xisa before stage fingerprints wrote: the same canonical YAML, no `stages:`."""
+    for key in list_goldens(project / "golden"):
+        yaml_path, _ = golden_paths(project / "golden", *key)
+        data = yaml.safe_load(yaml_path.read_text())
+        assert set(data["stages"]) == set(AMD.fingerprinted_stages)
+        del data["stages"]
+        yaml_path.write_text(dump_yaml(data))
+
+
+@pytest.fixture
+def blessed(run_xisa, tinyproj) -> Path:
+    out = run_xisa("bless", "--arch", ARCH, cwd=tinyproj)
+    assert out.code == 0, out.err
+    return tinyproj
+
+
+def test_moving_kernel_lines_or_the_project_keeps_every_stage_fingerprint(run_xisa, tmp_path):
+    here = copy_tinyproj(tmp_path / "a" / "tinyproj")
+    there = copy_tinyproj(tmp_path / "somewhere" / "else" / "tinyproj")
+    source = there / "kernels" / "scale.py"
+    text = source.read_text()
+    source.write_text("# comments and blank lines above both kernels move every line\n\n\n" + text.replace(
+        "@triton.jit\ndef dot_kernel", "# one more\n\n\n@triton.jit\ndef dot_kernel"))
+    runs = {}
+    for project in (here, there):
+        # --emit compiles (never a cached answer), so each side's stages are its own compile's
+        out = run_xisa("compile", "--arch", ARCH, "--json", "--emit", str(project / "emitted"), cwd=project)
+        assert out.code == 0, out.err
+        runs[project] = _cells(out)
+    assert set(runs[here]) == set(runs[there]) and len(runs[here]) == 3
+    for cell, result in runs[here].items():
+        moved = runs[there][cell]
+        assert sorted(result["stages"]) == sorted(AMD.fingerprinted_stages)
+        assert result["stages"] == moved["stages"], cell
+        assert result["stages"]["amdgcn"] == result["sha256"] and result["stages"]["hsaco"] == result["code_sha256"]
+        # not vacuous: the raw stages each compile emitted carry its own path and lines
+        kernel, rest = cell.split(":")
+        case = rest.split("@")[0]
+        for stage in ("ttir", "ttgir", "llir"):
+            raw = [(p / "emitted" / kernel / case / ARCH / f"{kernel}.{stage}").read_text() for p in (here, there)]
+            assert raw[0] != raw[1], (cell, stage)
+            assert str(here) in raw[0] and str(there) in raw[1]
+
+
+def test_a_python_level_change_is_attributed_to_ttir(run_xisa, blessed):
+    _change_scale(blessed)
+    out = run_xisa("check", "--arch", ARCH, "--format", "json", cwd=blessed)
+    assert out.code == 1, out.err
+    cells = _cells(out)
+    changed = sorted(cell for cell, c in cells.items() if c["verdict"] == "changed")
+    differ = sorted(cell for cell, c in cells.items() if c["head_sha256"] != c["base_sha256"])
+    assert changed == differ and changed and all(cell.startswith("scale:") for cell in changed)
+    for cell, c in cells.items():
+        assert set(c["head_stages"]) == set(c["base_stages"]) == set(AMD.fingerprinted_stages)
+        if cell in changed:
+            assert c["first_changed_stage"] == "ttir" and c["head_stages"]["ttir"] != c["base_stages"]["ttir"]
+            assert c["stage_note"] == "first at ttir"
+        else:
+            assert c["first_changed_stage"] is None and c["head_stages"] == c["base_stages"]
+    text = run_xisa("check", "--arch", ARCH, cwd=blessed)
+    for cell in changed:
+        assert f"{cell}: changed (first at ttir)" in text.out
+    markdown = run_xisa("check", "--arch", ARCH, "--format", "markdown", cwd=blessed)
+    assert sum("` stages: first at ttir" in line for line in markdown.out.splitlines()) == len(changed)
+
+
+def test_goldens_without_stages_compare_and_bless_as_before(run_xisa, blessed):
+    with_stages = run_xisa("check", "--arch", ARCH, cwd=blessed)
+    _drop_stages(blessed)
+    before = _goldens(blessed)
+    without = run_xisa("check", "--arch", ARCH, cwd=blessed)
+    assert without.code == with_stages.code == 0 and without.out == with_stages.out
+    # an unchanged cell's golden is never rewritten just to add stages
+    rebless = run_xisa("bless", "--arch", ARCH, cwd=blessed)
+    assert rebless.code == 0 and f"0 written, {len(list_goldens(blessed / 'golden'))} unchanged" in rebless.out
+    assert _goldens(blessed) == before
+
+    _change_scale(blessed)
+    changed = run_xisa("check", "--arch", ARCH, "--format", "json", cwd=blessed)
+    cells = _cells(changed)
+    changed_ids = sorted(cell for cell, c in cells.items() if c["verdict"] == "changed")
+    assert changed_ids
+    for cell in changed_ids:
+        assert cells[cell]["base_stages"] == {} and cells[cell]["first_changed_stage"] is None
+        assert cells[cell]["stage_note"].startswith("stage unknown (golden has no stage fingerprints")
+    text = run_xisa("check", "--arch", ARCH, cwd=blessed)
+    assert (f"{changed_ids[0]}: changed, stage unknown (golden has no stage fingerprints; record them with "
+            "`xisa bless --record-stages`)") in text.out
+
+    refused = run_xisa("bless", "--record-stages", "--arch", ARCH, cwd=blessed, env={"CI": "true"})
+    assert refused.code == 2 and "CI" in refused.err and _goldens(blessed) == before
+
+    recorded = run_xisa("bless", "--record-stages", "--arch", ARCH, cwd=blessed)
+    assert recorded.code == 0, recorded.err
+    unchanged_ids = sorted(set(cells) - set(changed_ids))
+    assert f"{len(unchanged_ids)} given stage fingerprints, 0 unchanged, {len(changed_ids)} left" in recorded.out
+    for cell in changed_ids:
+        assert f"left {cell}" in recorded.out
+    after = _goldens(blessed)
+    for path, data in before.items():
+        kernel, case, target = path.parent.parent.name, path.parent.name, path.stem
+        cell = f"{kernel}:{case}@{target}"
+        if cell in changed_ids or path.suffix == ".isa":
+            assert after[path] == data, path          # a changed cell and every stream file untouched
+        else:
+            golden = yaml.safe_load(after[path])
+            assert golden["stages"] == cells[cell]["head_stages"]
+            assert {k: v for k, v in golden.items() if k != "stages"} == yaml.safe_load(data)
+
+
+def test_a_golden_whose_stages_alone_differ_is_same_and_not_rewritten_unless_asked(run_xisa, blessed):
+    yaml_path, _ = golden_paths(blessed / "golden", "scale", "small", ARCH)
+    data = yaml.safe_load(yaml_path.read_text())
+    true_stages = dict(data["stages"])
+    data["stages"]["ttir"] = "0" * 64
+    yaml_path.write_text(dump_yaml(data))
+    stale = yaml_path.read_bytes()
+    check = run_xisa("check", "--arch", ARCH, cwd=blessed)
+    assert check.code == 0, check.out          # the gate judges the code, not the stages
+    plain = run_xisa("bless", "--arch", ARCH, cwd=blessed)
+    assert plain.code == 0 and "0 written" in plain.out and yaml_path.read_bytes() == stale
+    recorded = run_xisa("bless", "--record-stages", "--arch", ARCH, cwd=blessed)
+    assert recorded.code == 0 and "1 given stage fingerprints" in recorded.out
+    assert yaml.safe_load(yaml_path.read_text())["stages"] == true_stages
+
+
+def test_a_hand_broken_stages_block_is_a_golden_error_naming_the_field(run_xisa, blessed):
+    yaml_path, _ = golden_paths(blessed / "golden", "scale", "small", ARCH)
+    data = yaml.safe_load(yaml_path.read_text())
+    data["stages"]["llir"] = "not a sha"
+    yaml_path.write_text(dump_yaml(data))
+    out = run_xisa("check", "--arch", ARCH, cwd=blessed)
+    assert out.code == 2 and "stages" in out.out + out.err
