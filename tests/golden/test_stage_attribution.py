@@ -53,13 +53,16 @@ def blessed(run_xisa, tinyproj) -> Path:
     return tinyproj
 
 
-def test_moving_kernel_lines_or_the_project_keeps_every_stage_fingerprint(run_xisa, tmp_path):
+def test_moving_kernel_lines_or_the_project_or_renaming_a_variable_keeps_every_stage_fingerprint(run_xisa, tmp_path):
     here = copy_tinyproj(tmp_path / "a" / "tinyproj")
     there = copy_tinyproj(tmp_path / "somewhere" / "else" / "tinyproj")
     source = there / "kernels" / "scale.py"
     text = source.read_text()
+    # Lines moved, and a local variable renamed (Triton names TTIR values after Python variables).
+    assert text.count("mask = offsets") == 1 and text.count("mask=mask") == 2
     source.write_text("# comments and blank lines above both kernels move every line\n\n\n" + text.replace(
-        "@triton.jit\ndef dot_kernel", "# one more\n\n\n@triton.jit\ndef dot_kernel"))
+        "@triton.jit\ndef dot_kernel", "# one more\n\n\n@triton.jit\ndef dot_kernel").replace(
+        "mask = offsets", "in_bounds = offsets").replace("mask=mask", "mask=in_bounds"))
     runs = {}
     for project in (here, there):
         # --emit compiles (never a cached answer), so each side's stages are its own compile's
@@ -79,6 +82,9 @@ def test_moving_kernel_lines_or_the_project_keeps_every_stage_fingerprint(run_xi
             raw = [(p / "emitted" / kernel / case / ARCH / f"{kernel}.{stage}").read_text() for p in (here, there)]
             assert raw[0] != raw[1], (cell, stage)
             assert str(here) in raw[0] and str(there) in raw[1]
+        if kernel == "scale":
+            ttir = (there / "emitted" / kernel / case / ARCH / "scale.ttir").read_text()
+            assert "%in_bounds" in ttir and "%mask" not in ttir
 
 
 def test_a_python_level_change_is_attributed_to_ttir(run_xisa, blessed):
@@ -170,3 +176,49 @@ def test_a_hand_broken_stages_block_is_a_golden_error_naming_the_field(run_xisa,
     yaml_path.write_text(dump_yaml(data))
     out = run_xisa("check", "--arch", ARCH, cwd=blessed)
     assert out.code == 2 and "stages" in out.out + out.err
+
+
+def _set_scale_option(project: Path, option: dict) -> None:
+    spec = project / "kernels" / "scale.yaml"
+    data = yaml.safe_load(spec.read_text())
+    data["defaults"]["options"].update(option)
+    spec.write_text(yaml.safe_dump(data))
+
+
+def _hand_first_stage(before: Path, after: Path, cell: str) -> str | None:
+    """The first stage whose emitted file differs, byte for byte: both compiles are of one checkout, so
+    paths and lines are the same on both sides and need no normalizing."""
+    kernel, rest = cell.split(":")
+    case, target = rest.split("@")
+    for stage in AMD.stages:
+        files = [root / kernel / case / target / f"{kernel}.{stage}" for root in (before, after)]
+        if files[0].read_bytes() != files[1].read_bytes():
+            return stage
+    return None
+
+
+# Options that act only after Triton's own passes, found by compiling and diffing the stages by hand:
+# LLVM's fp contraction (the AMD backend fuses x * f + 1.0 into v_fma_f32 on gfx11's path of scale), and
+# the waves-per-EU attribute Triton puts on the LLVM function.
+@pytest.mark.parametrize(("arch", "option"), [("gfx1100", {"enable_fp_fusion": False}), ("gfx942", {"waves_per_eu": 2})])
+def test_a_backend_only_option_is_attributed_to_the_stage_a_hand_diff_finds(run_xisa, tinyproj, arch, option):
+    before, after = tinyproj / "before", tinyproj / "after"
+    assert run_xisa("compile", "--arch", arch, "--kernel", "scale", "--emit", str(before), cwd=tinyproj).code == 0
+    assert run_xisa("bless", "--arch", arch, "--kernel", "scale", cwd=tinyproj).code == 0
+    _set_scale_option(tinyproj, option)
+    assert run_xisa("compile", "--arch", arch, "--kernel", "scale", "--emit", str(after), cwd=tinyproj).code == 0
+    out = run_xisa("check", "--arch", arch, "--kernel", "scale", "--format", "json", cwd=tinyproj)
+    assert out.code == 1, out.out + out.err
+    cells = _cells(out)
+    changed = sorted(cell for cell, c in cells.items() if c["verdict"] == "changed")
+    assert changed == sorted(cell for cell, c in cells.items()
+                             if (c["head_sha256"], c["head_code_sha256"]) != (c["base_sha256"], c["base_code_sha256"]))
+    assert changed
+    order = AMD.fingerprinted_stages
+    for cell in changed:
+        first = cells[cell]["first_changed_stage"]
+        assert first == _hand_first_stage(before, after, cell), cell
+        assert order.index(first) > order.index("ttgir"), f"{cell}: {first} is not after Triton's own passes"
+        same = order[:order.index(first)]
+        assert all(cells[cell]["head_stages"][s] == cells[cell]["base_stages"][s] for s in same)
+        assert cells[cell]["stage_note"] == f"first at {first}: {', '.join(same)} identical"

@@ -7,7 +7,8 @@ NVIDIA, ptxas's SASS. Each text stage is normalized as the final stream is, so t
 fingerprint: no file paths, no line or debug info, and the kernel's own name replaced (the final
 stream does not print it either):
 
-- MLIR (ttir, ttgir): every `loc(...)` attribute and every `#loc` alias line is dropped;
+- MLIR (ttir, ttgir): every `loc(...)` attribute and every `#loc` alias line is dropped, and SSA values
+  are renumbered (Triton names them after the Python variables they came from);
 - LLVM IR (llir): `; ModuleID`, `source_filename`, comment lines, `!dbg` attachments, debug records
   and intrinsics are dropped, and every metadata node no longer reachable from the code (the `!DI*`
   nodes and what only they used) goes; the nodes left are renumbered in order of first use, so a
@@ -86,12 +87,18 @@ def _lines(text: str) -> Iterable[str]:
 
 
 _MLIR_LOC_ALIAS = re.compile(r"^\s*#loc\w*\s*=")
+# An SSA value: `%0`, `%arg3`, or named after the Python variable it was assigned to (`%offsets_3`, `%x_ptr`).
+_MLIR_VALUE = re.compile(r"%(?:[A-Za-z_$.][\w$.\-]*|\d+)")
 
 
 def normalize_mlir(text: str, kernel: str | None = None) -> str:
-    """TTIR and TTGIR without locations: `loc(...)` attributes and the `#locN = loc(...)` lines."""
+    """TTIR and TTGIR without locations (`loc(...)` attributes, `#locN = loc(...)` lines) and with SSA values
+    renumbered by first use: Triton names a value after the Python variable it came from, and renaming a
+    variable is no more a code change than moving its line."""
     body = "\n".join(line for line in text.splitlines() if not _MLIR_LOC_ALIAS.match(line))
-    return "\n".join(_lines(_rename_kernel(_drop_calls(body, "loc"), kernel))) + "\n"
+    values: dict[str, str] = {}
+    body = _MLIR_VALUE.sub(lambda m: values.setdefault(m.group(0), f"%v{len(values)}"), _drop_calls(body, "loc"))
+    return "\n".join(_lines(_rename_kernel(body, kernel))) + "\n"
 
 
 _LLIR_DROPPED_LINE = re.compile(r"^\s*(?:;|source_filename\s*=|#dbg_\w+\(|!llvm\.dbg\.\w+\s*=|declare\s.*@llvm\.dbg\.)"
