@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from conftest import copy_tinyproj
-from xisa.analyze.backends import AMD
+from xisa.analyze.backends import AMD, NVIDIA
+from xisa.analyze.stages import NORMALIZERS
 from xisa.golden.store import golden_paths, list_goldens
 from xisa.yamlio import dump_yaml
 
@@ -53,9 +54,17 @@ def blessed(run_xisa, tinyproj) -> Path:
     return tinyproj
 
 
-def test_moving_kernel_lines_or_the_project_or_renaming_a_variable_keeps_every_stage_fingerprint(run_xisa, tmp_path):
+@pytest.mark.parametrize("arch", [ARCH, "sm_90"])
+def test_moving_kernel_lines_or_the_project_or_renaming_a_variable_keeps_every_stage_fingerprint(run_xisa, tmp_path,
+                                                                                                 arch):
+    handler = NVIDIA if arch.startswith("sm_") else AMD
     here = copy_tinyproj(tmp_path / "a" / "tinyproj")
     there = copy_tinyproj(tmp_path / "somewhere" / "else" / "tinyproj")
+    for project in (here, there):
+        for spec in (project / "kernels").glob("*.yaml"):
+            data = yaml.safe_load(spec.read_text())
+            data["targets"] = [arch]
+            spec.write_text(yaml.safe_dump(data))
     source = there / "kernels" / "scale.py"
     text = source.read_text()
     # Lines moved, and a local variable renamed (Triton names TTIR values after Python variables).
@@ -66,24 +75,28 @@ def test_moving_kernel_lines_or_the_project_or_renaming_a_variable_keeps_every_s
     runs = {}
     for project in (here, there):
         # --emit compiles (never a cached answer), so each side's stages are its own compile's
-        out = run_xisa("compile", "--arch", ARCH, "--json", "--emit", str(project / "emitted"), cwd=project)
+        out = run_xisa("compile", "--arch", arch, "--json", "--emit", str(project / "emitted"), cwd=project)
         assert out.code == 0, out.err
         runs[project] = _cells(out)
     assert set(runs[here]) == set(runs[there]) and len(runs[here]) == 3
     for cell, result in runs[here].items():
+        assert result["status"] == "ok", result["error"]
         moved = runs[there][cell]
-        assert sorted(result["stages"]) == sorted(AMD.fingerprinted_stages)
+        assert sorted(result["stages"]) == sorted(handler.fingerprinted_stages)
         assert result["stages"] == moved["stages"], cell
-        assert result["stages"]["amdgcn"] == result["sha256"] and result["stages"]["hsaco"] == result["code_sha256"]
+        assert result["stages"][handler.assembly] == result["sha256"]
+        if handler is AMD:
+            assert result["stages"]["hsaco"] == result["code_sha256"]
         # not vacuous: the raw stages each compile emitted carry its own path and lines
         kernel, rest = cell.split(":")
         case = rest.split("@")[0]
-        for stage in ("ttir", "ttgir", "llir"):
-            raw = [(p / "emitted" / kernel / case / ARCH / f"{kernel}.{stage}").read_text() for p in (here, there)]
+        text_stages = [s for s in handler.fingerprinted_stages if s in NORMALIZERS]
+        for stage in text_stages:
+            raw = [(p / "emitted" / kernel / case / arch / f"{kernel}.{stage}").read_text() for p in (here, there)]
             assert raw[0] != raw[1], (cell, stage)
             assert str(here) in raw[0] and str(there) in raw[1]
         if kernel == "scale":
-            ttir = (there / "emitted" / kernel / case / ARCH / "scale.ttir").read_text()
+            ttir = (there / "emitted" / kernel / case / arch / "scale.ttir").read_text()
             assert "%in_bounds" in ttir and "%mask" not in ttir
 
 
