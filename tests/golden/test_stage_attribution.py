@@ -120,6 +120,9 @@ def test_a_python_level_change_is_attributed_to_ttir(run_xisa, blessed):
         assert f"{cell}: changed (first at ttir)" in text.out
     markdown = run_xisa("check", "--arch", ARCH, "--format", "markdown", cwd=blessed)
     assert sum("` stages: first at ttir" in line for line in markdown.out.splitlines()) == len(changed)
+    page = blessed / "report.html"
+    assert run_xisa("report", "--html", str(page), "--arch", ARCH, cwd=blessed).code == 1
+    assert page.read_text().count('"stages":"changed (first at ttir)"') == len(changed)
 
 
 def test_goldens_without_stages_compare_and_bless_as_before(run_xisa, blessed):
