@@ -465,24 +465,28 @@ class BlessResult:
         return 1 if self.run.failed else EXIT_OK
 
 
-def bless_run(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, lock_timeout: float = 30.0) -> BlessOutcome:
-    """Write the goldens of a run; unused goldens of its selection go when every cell compiled."""
+def bless_run(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, lock_timeout: float = 30.0,
+              record_stages: bool = False) -> BlessOutcome:
+    """Write the goldens of a run; unused goldens of its selection go when every cell compiled.
+    `record_stages`: only add stage fingerprints to the goldens whose cell is unchanged."""
     return write_goldens(run.results, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
                          toolchains=run.toolchains(), stream_files=ws.project.stream_files,
                          selected_targets={t.name for t in run.targets}, kernel_filters=kernel_filters,
-                         lock_timeout=lock_timeout)
+                         lock_timeout=lock_timeout, record_stages=record_stages)
 
 
 def bless(*, arch: list[str] | None = None, kernel: list[str] | None = None, spec: list[Path] | None = None,
           golden: Path | None = None, options: RunOptions = RunOptions(), lock_timeout: float = 30.0,
-          progress: Progress = no_progress) -> BlessResult:
-    """`xisa bless`: accept the current compile as the goldens of the selection (refused when CI is set)."""
+          progress: Progress = no_progress, record_stages: bool = False) -> BlessResult:
+    """`xisa bless`: accept the current compile as the goldens of the selection (refused when CI is set).
+    `record_stages` (`--record-stages`): accept nothing; add stage fingerprints to unchanged cells' goldens."""
     from xisa.golden.bless import refuse_in_ci
 
     refuse_in_ci()
     ws = open_workspace(spec=spec, golden=golden)
     run = compile_selection(ws, arch=arch, kernel=kernel, options=options, progress=progress)
-    return BlessResult(run=run, outcome=bless_run(ws, run, kernel_filters=kernel, lock_timeout=lock_timeout))
+    return BlessResult(run=run, outcome=bless_run(ws, run, kernel_filters=kernel, lock_timeout=lock_timeout,
+                                                  record_stages=record_stages))
 
 
 # --------------------------------------------------------------------------------- the machine

@@ -53,6 +53,9 @@ class Backend:
     vendor: str                     # as users say it: AMD | NVIDIA
     isa: str                        # as analyses and goldens name it: amdgcn | sass
     stages: tuple[str, ...]         # the Triton stages xisa keeps (`--emit`)
+    # The stages fingerprinted in a cell's `Analysis.stages`, in pipeline order (`xisa.analyze.stages`):
+    # the text stages, the final assembly (its stream's sha256) and a binary whose code bytes are hashed.
+    fingerprinted_stages: tuple[str, ...]
     assembly: str                   # the stage analyzed as text
     binary: str                     # the stage the hardware loads
     # What a tool must print about `binary` for the analysis (None: the bytes themselves are analyzed).
@@ -153,7 +156,9 @@ _GLOB = re.compile(r"[*?\[]")
 
 AMD = Backend(
     name="hip", package="amd", vendor="AMD", isa="amdgcn",
-    stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"), assembly="amdgcn", binary="hsaco", binary_tool=None,
+    stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"),
+    fingerprinted_stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"),   # hsaco: its `code_sha256`
+    assembly="amdgcn", binary="hsaco", binary_tool=None,
     tools=("ld.lld",),
     base_mnemonic=amdgcn.base_mnemonic,
     resources=("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes", "occupancy",
@@ -183,7 +188,9 @@ AMD = Backend(
 
 NVIDIA = Backend(
     name="cuda", package="nvidia", vendor="NVIDIA", isa="sass",
-    stages=("ttir", "ttgir", "llir", "ptx", "cubin", "sass"), assembly="sass", binary="cubin",
+    stages=("ttir", "ttgir", "llir", "ptx", "cubin", "sass"),
+    fingerprinted_stages=("ttir", "ttgir", "llir", "ptx", "sass"),   # a cubin's code is its SASS
+    assembly="sass", binary="cubin",
     binary_tool=("cuobjdump", "--dump-resource-usage"), tools=("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm"),
     base_mnemonic=sass.base_mnemonic,
     resources=("registers", "stack_bytes", "local_bytes", "lds_bytes", "occupancy", "llvm_occupancy"),

@@ -106,6 +106,10 @@ class Analysis:
     # Directives inside inline asm that xisa could not evaluate (kept verbatim in the stream): the
     # counts of such a cell may not be the machine code's; `code_sha256` still is.
     opaque_asm: list[str] = field(default_factory=list)
+    # SHA-256 of each normalized Triton stage, in pipeline order (`xisa.analyze.stages`): where a change
+    # started. Not counted or compared by the analyzer (no ANALYZER_VERSION bump): empty where unknown
+    # (a golden blessed before xisa recorded them).
+    stages: dict[str, str] = field(default_factory=dict)
 
     def to_record(self) -> dict[str, Any]:
         record = {
@@ -116,6 +120,8 @@ class Analysis:
         }
         if self.opaque_asm:
             record["opaque_asm"] = list(self.opaque_asm)
+        if self.stages:
+            record["stages"] = dict(self.stages)
         return record
 
     @classmethod
@@ -124,4 +130,5 @@ class Analysis:
                    blocks=record["blocks"], histogram=dict(record["histogram"]),
                    base_histogram=dict(record["base_histogram"]), classes=dict(record["classes"]),
                    resources=dict(record["resources"]), stream_text=stream_text,
-                   code_sha256=record.get("code_sha256"), opaque_asm=list(record.get("opaque_asm") or []))
+                   code_sha256=record.get("code_sha256"), opaque_asm=list(record.get("opaque_asm") or []),
+                   stages=dict(record.get("stages") or {}))

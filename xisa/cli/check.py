@@ -97,10 +97,13 @@ def bless(
     golden: Annotated[Optional[Path], typer.Option("--golden", help="Golden folder (default: golden/).")] = None,
     lock_timeout: LockTimeoutOption = 30.0,
     quiet: QuietOption = False,
+    record_stages: Annotated[bool, typer.Option(
+        "--record-stages", help="Bless nothing: only add stage fingerprints to the goldens whose cell is unchanged "
+                                "(changed, new and unused cells are listed and left as they are).")] = False,
 ) -> None:
     """Accept the current compile as the goldens of the selection (refused when CI is set)."""
     blessed = api.bless(arch=arch, kernel=kernel, spec=spec, golden=golden, options=run_options(jobs, timeout, no_cache),
-                        lock_timeout=lock_timeout, progress=progress_reporter)
+                        lock_timeout=lock_timeout, progress=progress_reporter, record_stages=record_stages)
     outcome = blessed.outcome
     out = stdout()
     for path in outcome.recovered:
@@ -110,7 +113,16 @@ def bless(
             out.print(f"wrote {path}")
         for path in outcome.removed:
             out.print(f"removed {path}")
-    out.print(f"{len(outcome.written)} written, {len(outcome.unchanged)} unchanged, {len(outcome.removed)} removed")
+    if record_stages:
+        if not quiet:
+            for path in outcome.stages_recorded:
+                out.print(f"recorded stages in {path}")
+        for cell_id in outcome.left:
+            out.print(f"left {cell_id}: its cell changed or has no golden (bless it without --record-stages)")
+        out.print(f"{len(outcome.stages_recorded)} given stage fingerprints, {len(outcome.unchanged)} unchanged, "
+                  f"{len(outcome.left)} left")
+    else:
+        out.print(f"{len(outcome.written)} written, {len(outcome.unchanged)} unchanged, {len(outcome.removed)} removed")
     err = stderr()
     for result in blessed.run.results:
         if not result.ok:

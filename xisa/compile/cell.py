@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 from xisa.analyze.model import Analysis
+from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell, compiling, load_kernel_function
 from xisa.compile.disassemble import machine_code
 from xisa.compile.result import CellResult
@@ -64,8 +65,11 @@ def analyze_compiled(cell: Cell, compiled, options) -> Analysis:
     target = cell.target
     handler = target.handler
     assembly, binary_facts = machine_code(handler, compiled)
-    return handler.analyze(assembly, binary_facts, shared_bytes=int(getattr(compiled.metadata, "shared", 0) or 0),
-                           num_warps=int(getattr(options, "num_warps", 4)), target=target, rules=target.normalize)
+    analysis = handler.analyze(assembly, binary_facts, shared_bytes=int(getattr(compiled.metadata, "shared", 0) or 0),
+                               num_warps=int(getattr(options, "num_warps", 4)), target=target, rules=target.normalize)
+    analysis.stages = stage_fingerprints(handler, compiled.asm, analysis,
+                                         kernel=getattr(compiled.metadata, "name", None))
+    return analysis
 
 
 def _triton_message(exc: Exception) -> str:

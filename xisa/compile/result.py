@@ -46,6 +46,7 @@ class CellResult(NamedByCell):
             "histogram": dict(analysis.histogram) if analysis else {},
             "base_histogram": dict(analysis.base_histogram) if analysis else {},
             "classes": dict(analysis.classes) if analysis else {},
+            "stages": dict(analysis.stages) if analysis else {},   # stage -> SHA-256, pipeline order
             "signature": self.binding.get("signature", {}),
             "constexprs": self.binding.get("constexprs", {}),
             "attrs": self.binding.get("attrs", {}),

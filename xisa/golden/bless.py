@@ -22,6 +22,10 @@ class BlessOutcome:
     removed: list[str] = field(default_factory=list)
     recovered: list[str] = field(default_factory=list)
     skipped_errors: list[str] = field(default_factory=list)
+    # `--record-stages`: goldens given stage fingerprints (their cell unchanged), and the cells it left
+    # alone because they changed, are new, or their golden is unused (a plain bless would write them).
+    stages_recorded: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
 
 
 def refuse_in_ci(environ: dict[str, str] | None = None) -> None:
@@ -38,10 +42,14 @@ OLD_LOCK_FILE = ".xisa.lock"
 
 def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, toolchains: dict[str, dict[str, str]],
           stream_files: bool, selected_targets: set[str], kernel_filters: list[str] | None,
-          lock_timeout: float = 30.0) -> BlessOutcome:
+          lock_timeout: float = 30.0, record_stages: bool = False) -> BlessOutcome:
     """Write the goldens of `results`. `toolchains` maps each target to the toolchain facts of its backend
     (`describe_toolchain(backends={backend})`): a golden records those and nothing about the command or
-    the other targets blessed with it, so an unchanged cell is never rewritten."""
+    the other targets blessed with it, so an unchanged cell is never rewritten.
+
+    A golden's stage fingerprints (`stages:`) do not make its cell changed: a golden that differs from the
+    compile in them alone is left as it is (an old golden without them too). `record_stages` writes them
+    into exactly those goldens and touches nothing else: no changed, new or unused cell is blessed."""
     refuse_in_ci()
     outcome = BlessOutcome()
 
@@ -51,7 +59,7 @@ def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, to
     try:
         _bless_locked(results, outcome, show, golden_dir=golden_dir, toolchains=toolchains,
                       stream_files=stream_files, selected_targets=selected_targets, kernel_filters=kernel_filters,
-                      lock_timeout=lock_timeout)
+                      lock_timeout=lock_timeout, record_stages=record_stages)
     except OSError as exc:  # a full disk, a read-only or non-folder golden path: every golden stays old or new
         where = show(Path(exc.filename)) if exc.filename else show(golden_dir)
         reason = ("a regular file is in the way of a folder" if exc.errno in (errno.EEXIST, errno.ENOTDIR)
@@ -64,7 +72,7 @@ def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, to
 
 def _bless_locked(results: list[CellResult], outcome: BlessOutcome, show, *, golden_dir: Path,
                   toolchains: dict[str, dict[str, str]], stream_files: bool, selected_targets: set[str],
-                  kernel_filters: list[str] | None, lock_timeout: float) -> None:
+                  kernel_filters: list[str] | None, lock_timeout: float, record_stages: bool) -> None:
     with golden_lock(golden_dir, timeout=lock_timeout):
         outcome.recovered = [show(p) for p in recover_pending(golden_dir)]
         old_lock = golden_dir / OLD_LOCK_FILE
@@ -81,20 +89,28 @@ def _bless_locked(results: list[CellResult], outcome: BlessOutcome, show, *, gol
             yaml_path, stream_path = golden_paths(golden_dir, *key)
             yaml_text, stream_text = render_golden(result, toolchain=toolchains[result.target],
                                                    stream_file=stream_files)
+            unchanged_cell = False
             if yaml_path.exists():
                 try:
                     current = yaml_path.read_text(encoding="utf-8")
-                    read_golden(yaml_path, stream_path, display=show(yaml_path))  # corrupt ones get rewritten
-                    # Byte for byte: a golden in an older layout (with the bless command) is rewritten once.
-                    if current == yaml_text and (stream_text is not None) == stream_path.exists():
-                        outcome.unchanged.append(show(yaml_path))
-                        continue
+                    golden = read_golden(yaml_path, stream_path, display=show(yaml_path))  # corrupt ones get rewritten
+                    # Byte for byte, the golden's own stage fingerprints (or their absence) kept: a golden in an
+                    # older layout (with the bless command) is rewritten once.
+                    kept, _ = render_golden(result, toolchain=toolchains[result.target], stream_file=stream_files,
+                                            stages=golden.data.get("stages") or {})
+                    unchanged_cell = current == kept and (stream_text is not None) == stream_path.exists()
                 except (OSError, GoldenError):
                     pass
+            if unchanged_cell and not (record_stages and current != yaml_text):
+                outcome.unchanged.append(show(yaml_path))
+                continue
+            if record_stages and not unchanged_cell:
+                outcome.left.append(result.id)
+                continue
             write_golden(yaml_path, stream_path, yaml_text, stream_text)
-            outcome.written.append(show(yaml_path))
+            (outcome.stages_recorded if record_stages else outcome.written).append(show(yaml_path))
         # Unused goldens go only when the selection is complete: every selected cell compiled.
-        if not outcome.skipped_errors:
+        if not outcome.skipped_errors and not record_stages:
             for key in list_goldens(golden_dir):
                 if key in seen or not matches_filters(*key, selected_targets, kernel_filters):
                     continue

@@ -18,7 +18,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,12 +71,19 @@ def _pending(yaml_path: Path) -> Path:
     return yaml_path.with_name(yaml_path.name + PENDING_SUFFIX)
 
 
-def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file: bool) -> tuple[str, str | None]:
+def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file: bool,
+                  stages: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """The golden's text: a function of the cell's result and the toolchain facts of its backend only
-    (`describe_toolchain(backends={backend})`), so re-blessing an unchanged cell changes no byte."""
+    (`describe_toolchain(backends={backend})`), so re-blessing an unchanged cell changes no byte.
+    `stages`: the stage fingerprints to write instead of the result's (`{}`: none, as a golden made
+    before xisa recorded them), so `bless` can tell whether a golden differs in anything else."""
     analysis = result.analysis
     assert analysis is not None
     record = analysis.to_record()
+    record.pop("stages", None)
+    stages = analysis.stages if stages is None else stages
+    if stages:
+        record["stages"] = dict(stages)
     data = {
         "format": FORMAT, "toolchain": dict(toolchain),
         "kernel": result.kernel, "case": result.case, "target": result.target,
@@ -131,6 +138,11 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
     if not isinstance(analyzer, int) or isinstance(analyzer, bool) or analyzer < 1:
         raise GoldenError("not a positive integer (hand-edited?)", path=display, field="analyzer",
                           fix="restore it from git or re-bless")
+    stages = data.get("stages")   # absent in goldens blessed before xisa recorded stage fingerprints
+    if stages is not None and not (isinstance(stages, dict) and stages and all(
+            isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for k, v in stages.items())):
+        raise GoldenError("not a mapping of stage names to SHA-256 fingerprints (hand-edited?)", path=display,
+                          field="stages", fix="restore it from git, or delete the `stages:` block (it is optional)")
     if sum(v for v in data["histogram"].values() if isinstance(v, int)) != data["instructions"]:
         raise GoldenError("histogram does not add up to `instructions` (hand-edited?)", path=display,
                           field="histogram", fix="restore it from git or re-bless")

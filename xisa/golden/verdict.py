@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from xisa.analyze import ANALYZER_VERSION
-from xisa.analyze.backends import COMPARED_RESOURCES
+from xisa.analyze.backends import COMPARED_RESOURCES, backend_of_isa
 from xisa.analyze.expect import Failure
+from xisa.analyze.stages import StageAttribution
 from xisa.compile.result import CellResult
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, UsageError
 from xisa.golden.store import Golden, golden_paths, list_goldens, read_golden
@@ -110,6 +111,8 @@ class CellVerdict(NamedByCell):
     # Against a base revision (a PR's gate) a new cell or a removed golden is a change like any other,
     # allowed inside the scope; against a tree's own goldens it is always a regression (bless it).
     judged_by_scope: bool = False
+    # A changed cell's two compiles stage by stage: where the change started (`stage_attribution`).
+    stages: StageAttribution | None = None
 
     @property
     def violates_isolation(self) -> bool:
@@ -144,6 +147,10 @@ class CellVerdict(NamedByCell):
             "expectations": [str(f) for f in self.expectations],
             "launch": self.launch.to_json() if self.launch else None,
             "cached": self.head.cached if self.head else None,
+            "head_stages": dict(head.stages) if head else None,
+            "base_stages": dict(base.get("stages") or {}) if base else None,
+            "first_changed_stage": self.stages.first if self.stages else None,
+            "stage_note": self.stages.phrase() if self.stages else None,
         }
 
 
@@ -204,6 +211,14 @@ def compute_delta(base: dict[str, Any], head_result: CellResult) -> Delta:
             resources[key] = (b, h)
     return Delta(instructions=(base["instructions"], head.instructions), histogram=hist, resources=resources,
                  binding=binding_differences(base, head_result))
+
+
+def stage_attribution(base: dict[str, Any], head_result: CellResult) -> StageAttribution:
+    """Which stage a golden (`base`, its data) and a compile first differ at, in the backend's stage order."""
+    head = head_result.analysis
+    assert head is not None
+    return StageAttribution(base=dict(base.get("stages") or {}), head=dict(head.stages),
+                            order=backend_of_isa(head.isa).fingerprinted_stages)
 
 
 BINDING_SECTIONS = ("signature", "constexprs", "attrs")
@@ -284,6 +299,7 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                 verdict.message = "changed in scope" if verdict.in_scope else "changed outside the declared scope"
                 if code_changed and not stream_changed:
                     verdict.message += ": the code bytes changed, the printed stream did not (inline-asm directives?)"
+                verdict.stages = stage_attribution(golden.data, result)
         if verdict.expectations:
             verdict.verdict = EXPECT_FAILED
             verdict.message = "; ".join(str(f) for f in verdict.expectations)

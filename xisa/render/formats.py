@@ -339,6 +339,8 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                 if v.delta and v.delta.binding:
                     moved = ", ".join(f"`{key}` {b} → {h}" for key, b, h in v.delta.binding[:8])
                     lines.append(f"- `{v.kernel}:{v.case}` binding: {moved}")
+                if v.stages is not None:
+                    lines.append(f"- `{v.kernel}:{v.case}` stages: {v.stages.phrase()}")
                 if v.message and v.verdict in _EXPLAINED:
                     first, *rest = v.message.splitlines() or [""]
                     lines.append(f"- `{v.kernel}:{v.case}`: {first}")
@@ -369,6 +371,8 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
                                    + (f"; {top}" if top else "") + (f"; {res}" if res else "")))
                 for key, b, h in v.delta.binding:
                     console.print(Text(f"  binding {key}: {b} -> {h}"))
+            if v.stages is not None:
+                console.print(Text(f"{v.id}: {v.stages.verdict_text()}"))
     for v in report.verdicts:
         if v.message and v.verdict in (*_EXPLAINED, "new"):
             console.print(Text(error_block(f"{v.verdict}: {v.id}", v.message), style=_VERDICT_STYLE.get(v.verdict, "")))

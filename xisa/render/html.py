@@ -329,6 +329,7 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, A
         "histogram": _histogram(v),
         "histogram_kind": "delta" if v.delta is not None else ("head" if v.base is None else "base"),
         "binding": [[key, b, h] for key, b, h in v.delta.binding] if v.delta else [],
+        "stages": v.stages.verdict_text() if v.stages is not None else None,   # where the change started
         "diff": None, "register_diff": None,
     }
     base_stream = v.base.stream_text if v.base else None
@@ -625,6 +626,7 @@ function render(d){
   if(data.message)body.appendChild(el(data.message.indexOf("\n")>=0?"pre":"p","message",data.message));
   data.expectations.forEach(function(x){body.appendChild(el("p","problem","expectation failed: "+x));});
   if(data.launch)body.appendChild(el("p",data.verdict==="cannot-launch"?"problem":"muted",data.launch));
+  if(data.stages)body.appendChild(el("p","stages",data.stages));
   if(data.verdict==="same"){body.appendChild(el("p","muted","byte-identical to the golden"));}
   var cols=el("div","cols");
   if(data.resources.length)cols.appendChild(renderResources(data));
