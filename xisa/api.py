@@ -567,13 +567,33 @@ def _xisa_parent() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def _side_environment() -> dict[str, str]:
+def _side_pythonpath(cache_dir: Path) -> Path:
+    """The folder another Python imports this xisa from: the checkout it lives in, or, when xisa is installed
+    (its parent a site-packages, whose Triton and torch would shadow that Python's own), a folder in xisa's
+    private cache holding only a link to the package. Stable, as the result cache key's sys.path must be."""
+    parent = _xisa_parent()
+    if parent.name not in ("site-packages", "dist-packages"):
+        return parent
+    from xisa.compile.cache import check_private
+
+    folder = cache_dir / "ab-pythonpath"
+    folder.mkdir(parents=True, mode=0o700, exist_ok=True)
+    check_private(folder, folder.lstat(), "cache folder")
+    link, package = folder / "xisa", parent / "xisa"
+    if os.path.islink(link) and os.readlink(link) != str(package):
+        link.unlink()
+    if not os.path.lexists(link):
+        link.symlink_to(package, target_is_directory=True)
+    return folder
+
+
+def _side_environment(cache_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(_xisa_parent()), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(_side_pythonpath(cache_dir)), *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 
-def probe_side_python(python: str, *, field: str) -> dict[str, Any]:
+def probe_side_python(python: str, *, field: str, cache_dir: Path) -> dict[str, Any]:
     """Refuse, before anything compiles, another Python that cannot compile for xisa: not runnable, too old,
     no Triton or one outside xisa's range, a module missing, or this checkout's xisa not the one it imports."""
     import json
@@ -582,8 +602,8 @@ def probe_side_python(python: str, *, field: str) -> dict[str, Any]:
     from xisa.compile.toolchain import SUPPORTED_TRITON, check_supported
 
     try:
-        proc = subprocess.run([python, "-c", _SIDE_PROBE], capture_output=True, text=True, env=_side_environment(),
-                              timeout=120)
+        proc = subprocess.run([python, "-c", _SIDE_PROBE], capture_output=True, text=True,
+                              env=_side_environment(cache_dir), timeout=120)
     except (OSError, subprocess.SubprocessError) as exc:
         raise ToolchainError(f"cannot run {python}: {getattr(exc, 'strerror', None) or exc}", field=field,
                              fix="name a Python interpreter, e.g. ../venv-3.9/bin/python") from None
@@ -624,11 +644,11 @@ class _SideProcess:
     compiles the other side; its results come back whole through a file (a kernel's import may print)."""
 
     def __init__(self, side, *, arch: list[str] | None, kernel: list[str] | None, spec: list[Path] | None,
-                 options: RunOptions, field: str):
+                 options: RunOptions, field: str, cache_dir: Path):
         import subprocess
 
         self.side, self.field = side, field
-        probe_side_python(side.python, field=field)
+        probe_side_python(side.python, field=field, cache_dir=cache_dir)
         self.folder = Path(tempfile.mkdtemp(prefix="xisa-ab-side-"))
         self.output = self.folder / "side.json"
         self.errors = open(self.folder / "stderr.txt", "w+", encoding="utf-8")
@@ -640,7 +660,7 @@ class _SideProcess:
         command += [word for path in spec or [] for word in ("--spec", str(Path(path).resolve()))]
         command += [word for name, value in sorted(side.knobs.items()) for word in ("--knob", f"{name}={value}")]
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=self.errors, env=_side_environment())
+                                        stderr=self.errors, env=_side_environment(cache_dir))
 
     def results(self) -> tuple[list[CellResult], dict[str, str], dict[str, dict[str, str]]]:
         import json
@@ -700,7 +720,7 @@ def ab(*, a, b, arch: list[str] | None = None, kernel: list[str] | None = None, 
         for side in sides:
             if side.python:
                 child = _SideProcess(side, arch=arch, kernel=kernel, spec=spec, options=options,
-                                     field=f"--{side.label.lower()}-python")
+                                     field=f"--{side.label.lower()}-python", cache_dir=ws.project.cache_dir)
                 stack.callback(child.close)
                 children[side.label] = child
         for side in sides:

@@ -42,13 +42,15 @@ def ab(
     """Compile the selection as side A and as side B (another Triton, a codegen knob, or the goldens as side A)
     and compare every cell. Exit 0 every cell the same, 1 a cell changed, 2 a side failed (untrusted).
 
-    Each side defaults to the Python running xisa with xisa's pinned knobs; at least one option must make
-    the sides differ."""
+    Each side defaults to the Python running xisa with xisa's pinned knobs; at least one option must make the sides differ."""
     if a_golden and (a_python or a_env):
         raise UsageError("the goldens as they are compile nothing, so they take no Python or knob", field="--a-golden",
                          fix="drop --a-python/--a-env, or drop --a-golden")
     side_a = Side("A", golden=a_golden, python=a_python, knobs=parse_knobs(a_env or [], field="--a-env"))
     side_b = Side("B", python=b_python, knobs=parse_knobs(b_env or [], field="--b-env"))
+    for side in (side_a, side_b):
+        if side.python and not quiet:   # it shows no progress bar: say where the time goes
+            stderr().print(f"side {side.label} compiles with {side.python}, in a process of its own", markup=False)
     outcome = api.ab(a=side_a, b=side_b, arch=arch, kernel=kernel, spec=spec, golden=golden,
                      options=run_options(jobs, timeout, no_cache), progress=progress_reporter)
     _emit_report(outcome.report, fmt, output, counts=count or [], title="xisa ab", quiet=quiet)
