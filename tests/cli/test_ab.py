@@ -118,6 +118,7 @@ def test_a_cell_no_side_compiles_is_an_error_and_exit_2(run_xisa, tinyproj):
     (("--b-env", "AMDGCN_USE_BUFER_OPS=0", *CELL), "did you mean AMDGCN_USE_BUFFER_OPS"),
     (("--b-env", "TRITON_KERNEL_OVERRIDE=1"), "--b-env: TRITON_KERNEL_OVERRIDE replaces compiled kernels"),
     (("--b-env", "TRITON_CACHE_DIR=/tmp/x"), "changes nothing compiled"),
+    (("--b-env", "TRITON_OVERRIDE_ARCH=gfx90a"), "compiles for another architecture than the cell's target"),
     (("--b-env", "HOME=/tmp"), "HOME is not a Triton, LLVM or compiler variable"),
     (("--b-env", "AMDGCN_USE_BUFFER_OPS"), "is not NAME=VALUE"),
     (("--a-golden", "--a-env", "AMDGCN_USE_BUFFER_OPS=0"), "--a-golden: the goldens as they are compile nothing"),

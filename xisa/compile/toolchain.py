@@ -236,13 +236,31 @@ def parse_knobs(pairs: list[str], *, field: str) -> dict[str, str]:
     return knobs
 
 
+# Pinned variables a side may not set either: they break what xisa reads, or only print and dump.
+NOT_SIDE_KNOBS = {
+    "TRITON_STORE_BINARY_ONLY": "keeps no assembly for xisa to analyze",
+    "TRITON_OVERRIDE_ARCH": "compiles for another architecture than the cell's target",
+    "TRITON_HOME": "moves Triton's folders; xisa keeps a cache of its own",
+    "LLVM_EXTRACT_DI_LOCAL_VARIABLES": "rewrites debug info into the IR, so the amdgcn is no longer text",
+    **{name: "prints, times or dumps the compile; it changes nothing compiled" for name in (
+        "TRITON_KERNEL_DUMP", "TRITON_DUMP_MIR", "AMDGCN_ENABLE_DUMP", "NVPTX_ENABLE_DUMP", "MLIR_ENABLE_DUMP",
+        "MLIR_DUMP_PATH", "LLVM_IR_ENABLE_DUMP", "TRITON_DUMP_PTXAS_LOG", "MLIR_ENABLE_TIMING", "LLVM_ENABLE_TIMING",
+        "MLIR_ENABLE_DIAGNOSTICS", "TRITON_ENABLE_LLVM_DEBUG", "TRITON_LLVM_DEBUG_ONLY", "TRITON_REPRODUCER_PATH",
+        "TRITON_ALWAYS_COMPILE", "TRITON_PARTITION_SCHEDULING_DUMP_DATA_ONLY",
+        "TRITON_PARTITION_SCHEDULING_DUMP_LOOP_ONLY", "TRITON_PARTITION_SCHEDULING_ENABLE_DUMP_DOT")},
+}
+
+
 def check_side_knobs(knobs: dict[str, str], *, field: str = "--knob") -> None:
-    """Refuse a side knob that makes results untrustworthy (a refused variable), that changes nothing
-    compiled (a harmless one: the A/B would compare nothing), or that is no toolchain variable at all."""
+    """Refuse a side knob that makes results untrustworthy (a refused variable, one that breaks what xisa
+    reads), that changes nothing compiled (the A/B would compare nothing), or that is no toolchain variable."""
     for name in knobs:
         if name in REFUSED_ENV:
             raise ToolchainError(f"{name} {REFUSED_ENV[name]}, so no result of that side could be trusted",
                                  field=field, fix=f"compare codegen knobs, not {name}")
+        if name in NOT_SIDE_KNOBS:
+            raise ToolchainError(f"{name} {NOT_SIDE_KNOBS[name]}: it cannot be a side's knob", field=field,
+                                 fix="name a codegen knob, e.g. AMDGCN_USE_BUFFER_OPS=0")
         if name in HARMLESS_ENV:
             raise ToolchainError(f"{name} changes nothing compiled ({HARMLESS_ENV[name]}): that A/B would compare "
                                  "nothing", field=field, fix="name a codegen knob, e.g. AMDGCN_USE_BUFFER_OPS=0")
