@@ -138,11 +138,11 @@ def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root
         fix = (f"pip install triton=={theirs}, or judge against the base compiled with {ours}: --compile-base"
                if fact == "triton" else "install the Triton build the goldens were made with, or judge against "
                                         "the base compiled with this one: --compile-base")
-    elif ab_command:   # an upgrade: show what it changes before accepting it
-        fix = (f"see what {ours} changes, cell by cell: `{ab_command}`; then re-bless with {ours} and commit the "
-               f"goldens, or pip install triton=={theirs}" if fact == "triton" else
-               f"see what this toolchain changes, cell by cell: `{ab_command}`; then re-bless and commit the "
-               "goldens, or install the Triton build the goldens were made with")
+    elif ab_command:   # an upgrade: the command that shows what it changes, before accepting it
+        fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens once `{ab_command}` "
+               "shows what it changes, cell by cell" if fact == "triton" else
+               "install the Triton build the goldens were made with, or re-bless and commit the goldens once "
+               f"`{ab_command}` shows what this toolchain changes, cell by cell")
     else:
         fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
                else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
