@@ -77,6 +77,7 @@ def test_text_shows_the_sides_the_delta_and_a_line_per_target(run_xisa, tinyproj
     assert re.search(r"scale:big@gfx942: instructions \d+.*global_load", out.out)
     for target in ("gfx942", "gfx1100"):
         assert re.search(rf"^{target}: .*\(2 cells\)", out.out, re.M)
+    assert "isolation" not in out.out       # an A/B has no scope to violate
 
 
 def test_markdown_has_the_per_target_table_and_html_names_the_sides(run_xisa, tinyproj, tmp_path):

@@ -65,6 +65,10 @@ class AbReport(CheckReport):
 
     sides: list[Side] = field(default_factory=list)
 
+    @property
+    def isolation_violations(self) -> list[CellVerdict]:
+        return []      # an A/B has no scope: a changed cell is its finding (exit 1), not an isolation breach
+
     def to_json(self) -> dict[str, Any]:
         cells = []
         for verdict in self.verdicts:
