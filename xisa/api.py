@@ -23,7 +23,7 @@ from xisa.analyze.expect import Failure, check_against_targets, evaluate, judge_
 from xisa.compile.bind import count_configs
 from xisa.compile.result import CellResult
 from xisa.compile.runner import RunOptions, run_cells
-from xisa.compile.toolchain import describe_toolchain
+from xisa.compile.toolchain import check_knobs_read, describe_toolchain
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, SpecError, ToolchainError, UsageError
 from xisa.golden.bless import BlessOutcome, bless as write_goldens
 from xisa.golden.store import golden_paths, read_golden_toolchain
@@ -107,7 +107,8 @@ def validate_scopes(scopes: list[str] | None, ws: Workspace | None = None, *,
     check_scopes(scopes or [], targets=sorted(targets), cases={k: sorted(v) for k, v in cases.items()})
 
 
-def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root: Path, label: str = "") -> None:
+def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root: Path, label: str = "",
+                            ab_command: str | None = None) -> None:
     """Refuse, before anything compiles, goldens of the selection made with another toolchain than the
     one their cells compile with: no compile could be compared with them (exit 2, one line).
 
@@ -137,6 +138,11 @@ def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root
         fix = (f"pip install triton=={theirs}, or judge against the base compiled with {ours}: --compile-base"
                if fact == "triton" else "install the Triton build the goldens were made with, or judge against "
                                         "the base compiled with this one: --compile-base")
+    elif ab_command:   # an upgrade: the command that shows what it changes, before accepting it
+        fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens once `{ab_command}` "
+               "shows what it changes, cell by cell" if fact == "triton" else
+               "install the Triton build the goldens were made with, or re-bless and commit the goldens once "
+               f"`{ab_command}` shows what this toolchain changes, cell by cell")
     else:
         fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
                else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
@@ -230,13 +236,14 @@ def compile_cells(ws: Workspace, chosen: list[Target], cells: list[Cell], *, opt
 
 def compile_selection(ws: Workspace, *, arch: list[str] | None, kernel: list[str] | None, options: RunOptions,
                       shard: str | None = None, golden_dirs: list[tuple[Path, str]] | tuple = (),
-                      progress: Progress = no_progress) -> Run:
+                      ab_command: str | None = None, progress: Progress = no_progress) -> Run:
     """Select and compile. `shard` is the `I/N` text of --shard. `golden_dirs` (folder, label) are checked
-    for another toolchain first, so a mismatch is one line before any compile, not a report after all."""
+    for another toolchain first, so a mismatch is one line before any compile, not a report after all;
+    `ab_command` is the `xisa ab` that line offers for this tree's goldens."""
     chosen, cells = select_cells(ws, arch=arch, kernel=kernel, shard=parse_shard(shard))
     for folder, label in golden_dirs:
         check_golden_toolchains(cells, folder, display_root=ws.project.root if not label else folder.parent,
-                                label=label)
+                                label=label, ab_command=ab_command)
     return compile_cells(ws, chosen, cells, options=options, progress=progress)
 
 
@@ -288,6 +295,17 @@ def bless_commands(report: CheckReport, ws: Workspace, *, kernel: list[str] | No
     return accept_commands(report, kernel_filters=kernel, extra_args=extra, kernels={s.name for s in ws.specs})
 
 
+def ab_command(*, arch: list[str] | None, kernel: list[str] | None, spec: list[Path] | None,
+               golden: Path | None) -> str:
+    """The `xisa ab` that compares a selection's goldens with this toolchain's compile of it."""
+    import shlex
+
+    words = ["xisa", "ab", "--a-golden"]
+    for flag, values in (("--arch", arch), ("--kernel", kernel), ("--spec", spec), ("--golden", [golden] if golden else [])):
+        words += [word for value in values or [] for word in (flag, str(value))]
+    return shlex.join(words)
+
+
 def check(*, arch: list[str] | None = None, kernel: list[str] | None = None, spec: list[Path] | None = None,
           golden: Path | None = None, scope: list[str] | None = None, base: str | None = None,
           compile_base: bool = False, shard: str | None = None, options: RunOptions = RunOptions(),
@@ -309,7 +327,8 @@ def check(*, arch: list[str] | None = None, kernel: list[str] | None = None, spe
     _, whole = select_cells(ws, arch=arch, kernel=kernel)   # every shard's cells: what `xisa merge` must get back
     selection = describe_selection(ws, arch=arch, kernel=kernel, cells=whole)
     run = compile_selection(ws, arch=arch, kernel=kernel, options=options, shard=shard,
-                            golden_dirs=[(ws.project.golden_dir, "")], progress=progress)
+                            golden_dirs=[(ws.project.golden_dir, "")],
+                            ab_command=ab_command(arch=arch, kernel=kernel, spec=spec, golden=golden), progress=progress)
     report = judge(ws, run, kernel_filters=kernel, scopes=scope, shard=parse_shard(shard), selection=selection)
     return CheckOutcome(report=report, accept=bless_commands(report, ws, kernel=kernel, spec=spec, golden=golden),
                         exit_code=report.exit_code, failure_lines=run.failure_lines())
@@ -454,9 +473,20 @@ def unused_goldens(ws: Workspace, chosen: list[Target], cells: list[Cell], *, ke
 # --------------------------------------------------------------------------------- blessing
 
 @dataclass
+class ToolchainUpgrade:
+    """A bless under another toolchain than the goldens': what the new compile changes against the goldens
+    it replaces (a report with the goldens as `base`), and both toolchains."""
+
+    report: CheckReport
+    old: dict[str, str]
+    new: dict[str, str]
+
+
+@dataclass
 class BlessResult:
     run: Run
     outcome: BlessOutcome
+    upgrade: ToolchainUpgrade | None = None
 
     @property
     def exit_code(self) -> int:
@@ -485,8 +515,256 @@ def bless(*, arch: list[str] | None = None, kernel: list[str] | None = None, spe
     refuse_in_ci()
     ws = open_workspace(spec=spec, golden=golden)
     run = compile_selection(ws, arch=arch, kernel=kernel, options=options, progress=progress)
+    upgrade = toolchain_upgrade(ws, run, kernel_filters=kernel)   # before the goldens it compares with are rewritten
     return BlessResult(run=run, outcome=bless_run(ws, run, kernel_filters=kernel, lock_timeout=lock_timeout,
-                                                  record_stages=record_stages))
+                                                  record_stages=record_stages), upgrade=upgrade)
+
+
+def toolchain_upgrade(ws: Workspace, run: Run, *, kernel_filters: list[str] | None) -> ToolchainUpgrade | None:
+    """None unless a golden of the run's cells was made with another toolchain than its cell compiled with;
+    then the run against the goldens as they are (an A/B with the goldens as side A)."""
+    from xisa.golden.ab import majority_toolchain
+
+    toolchains = run.toolchains()
+    old = []
+    for result in run.results:
+        recorded = read_golden_toolchain(golden_paths(ws.project.golden_dir, result.kernel, result.case, result.target)[0])
+        if recorded and any(str(recorded.get(k)) != v for k, v in toolchains[result.target].items() if k in recorded):
+            old.append(recorded)
+    if not old:
+        return None
+    old_toolchain = majority_toolchain(old)
+    report = build_report(run.results, {}, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
+                          selected_targets={t.name for t in run.targets}, kernel_filters=kernel_filters, scopes=[],
+                          toolchain={"triton": old_toolchain.get("triton", "")}, launches=False)
+    return ToolchainUpgrade(report=report, old=old_toolchain, new=run.toolchain())
+
+
+# --------------------------------------------------------------------------------- A/B
+
+@dataclass
+class AbOutcome:
+    """`xisa ab`: the comparison (side A as the goldens, side B as the compile) and the exit code: 0 every cell
+    the same, 1 a cell changed (or, against the goldens, has none or has no cell), 2 a side failed."""
+
+    report: Any      # xisa.golden.ab.AbReport
+    exit_code: int
+
+
+# What another Python needs to run xisa's compile from this checkout (xisa itself need not be installed).
+_SIDE_MODULES = ("triton", "torch", "yaml", "typer", "rich")
+_SIDE_PROBE = """
+import importlib.metadata as m, importlib.util as u, json, sys
+try:
+    triton = m.version("triton")
+except m.PackageNotFoundError:
+    triton = None
+spec = u.find_spec("xisa")
+print(json.dumps({"python": list(sys.version_info[:2]), "prefix": sys.prefix, "triton": triton,
+                  "missing": [n for n in %r if u.find_spec(n) is None],
+                  "xisa": spec.origin if spec else None}))
+""" % (_SIDE_MODULES,)
+
+
+def _xisa_parent() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def _side_pythonpath(cache_dir: Path) -> Path:
+    """The folder another Python imports this xisa from: the checkout it lives in, or, when xisa is installed
+    (its parent a site-packages, whose Triton and torch would shadow that Python's own), a folder in xisa's
+    private cache holding only a link to the package. Stable, as the result cache key's sys.path must be."""
+    parent = _xisa_parent()
+    if parent.name not in ("site-packages", "dist-packages"):
+        return parent
+    from xisa.compile.cache import check_private
+
+    folder = cache_dir / "ab-pythonpath"
+    folder.mkdir(parents=True, mode=0o700, exist_ok=True)
+    check_private(folder, folder.lstat(), "cache folder")
+    link, package = folder / "xisa", parent / "xisa"
+    if os.path.islink(link) and os.readlink(link) != str(package):
+        link.unlink()
+    if not os.path.lexists(link):
+        link.symlink_to(package, target_is_directory=True)
+    return folder
+
+
+def _side_environment(cache_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(_side_pythonpath(cache_dir)), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def probe_side_python(python: str, *, field: str, cache_dir: Path) -> dict[str, Any]:
+    """Refuse, before anything compiles, another Python that cannot compile for xisa: not runnable, too old,
+    no Triton or one outside xisa's range, a module missing, or this checkout's xisa not the one it imports."""
+    import json
+    import subprocess
+
+    from xisa.compile.toolchain import SUPPORTED_TRITON, check_supported
+
+    try:
+        proc = subprocess.run([python, "-c", _SIDE_PROBE], capture_output=True, text=True,
+                              env=_side_environment(cache_dir), timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ToolchainError(f"cannot run {python}: {getattr(exc, 'strerror', None) or exc}", field=field,
+                             fix="name a Python interpreter, e.g. ../venv-3.9/bin/python") from None
+    try:
+        facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolchainError(f"{python} is not a Python xisa can use: {last}", field=field,
+                             fix="name a Python 3.11+ interpreter") from None
+    if tuple(facts["python"]) < (3, 11):
+        raise ToolchainError(f"{python} is Python {'.'.join(map(str, facts['python']))}; xisa needs 3.11+",
+                             field=field, fix="make the virtual environment with Python 3.11 or later")
+    if facts["triton"] is None:
+        raise ToolchainError(f"{python} has no Triton installed", field=field,
+                             fix=f"{python} -m pip install triton==VERSION torch pyyaml typer rich")
+    try:
+        check_supported(facts["triton"])
+    except ToolchainError:
+        (low_major, low_minor), (high_major, high_minor) = SUPPORTED_TRITON
+        raise ToolchainError(f"{python} has Triton {facts['triton']}, outside the range xisa supports "
+                             f"({low_major}.{low_minor} to {high_major}.{high_minor})", field=field,
+                             fix=f"install a Triton from {low_major}.{low_minor} to {high_major}.{high_minor} there") from None
+    if facts["missing"]:
+        raise ToolchainError(f"{python} cannot import {', '.join(facts['missing'])}, which xisa's compile needs",
+                             field=field, fix=f"{python} -m pip install {' '.join(facts['missing'])}".replace(
+                                 " yaml", " pyyaml"))
+    ours = str(_xisa_parent() / "xisa" / "__init__.py")
+    if facts["xisa"] is None or os.path.realpath(facts["xisa"]) != os.path.realpath(ours):
+        raise ToolchainError(f"{python} imports xisa from {facts['xisa']}, not from this checkout ({ours})",
+                             field=field, fix="run it without -I/-E, or uninstall the other xisa there")
+    return facts
+
+
+class _SideProcess:
+    """One side compiled by another Python: `PYTHON -m xisa ab-side`, with this checkout first on its
+    PYTHONPATH, in this process's working folder and environment (so the same project and cache: the cache
+    key holds the toolchain's identity, so each Triton keeps its own entries). Runs while this process
+    compiles the other side; its results come back whole through a file (a kernel's import may print)."""
+
+    def __init__(self, side, *, arch: list[str] | None, kernel: list[str] | None, spec: list[Path] | None,
+                 options: RunOptions, field: str, cache_dir: Path):
+        import subprocess
+
+        self.side, self.field = side, field
+        probe_side_python(side.python, field=field, cache_dir=cache_dir)
+        self.folder = Path(tempfile.mkdtemp(prefix="xisa-ab-side-"))
+        self.output = self.folder / "side.json"
+        self.errors = open(self.folder / "stderr.txt", "w+", encoding="utf-8")
+        command = [side.python, "-m", "xisa", "ab-side", "--output", str(self.output), "--jobs", str(options.jobs),
+                   "--timeout", repr(options.timeout)]
+        command += ["--no-cache"] if not options.use_cache else []
+        command += [word for name in arch or [] for word in ("--arch", name)]
+        command += [word for name in kernel or [] for word in ("--kernel", name)]
+        command += [word for path in spec or [] for word in ("--spec", str(Path(path).resolve()))]
+        command += [word for name, value in sorted(side.knobs.items()) for word in ("--knob", f"{name}={value}")]
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=self.errors, env=_side_environment(cache_dir))
+
+    def results(self) -> tuple[list[CellResult], dict[str, str], dict[str, dict[str, str]]]:
+        import json
+
+        from xisa.golden.ab import read_side_payload
+
+        code = self.process.wait()
+        self.errors.seek(0)
+        lines = [line for line in self.errors.read().splitlines() if line.strip()]
+        try:
+            return read_side_payload(json.loads(self.output.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            said = next((line for line in reversed(lines) if line.startswith("xisa: error:")), None)
+            said = said[len("xisa: error: "):] if said else (lines[-1] if lines else f"exit code {code}")
+            raise ToolchainError(f"side {self.side.label} ({self.side.python}) could not compile: {said}",
+                                 field=self.field, fix="run the same selection with `xisa compile` in that "
+                                                       "environment to see why") from None
+
+    def close(self) -> None:
+        import shutil
+
+        if self.process.poll() is None:   # interrupted: the other side's compile is not worth waiting for
+            self.process.kill()
+            self.process.wait()
+        self.errors.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def ab(*, a, b, arch: list[str] | None = None, kernel: list[str] | None = None, spec: list[Path] | None = None,
+       golden: Path | None = None, options: RunOptions = RunOptions(), progress: Progress = no_progress) -> AbOutcome:
+    """`xisa ab`: the selection compiled as side A and as side B (`xisa.golden.ab.Side`: this Python, another
+    Python, each with its codegen knobs; or side A the goldens as they are), compared cell by cell.
+
+    A side in another Python compiles in a process of its own while this one compiles the other side; two
+    sides of this Python compile one after the other, each with every core. Each reuses the result cache."""
+    from xisa.golden.ab import judge_ab, majority_toolchain
+    from xisa.golden.selection import describe_selection
+    from xisa.golden.store import render_golden, write_golden
+
+    if b.golden:
+        raise UsageError("side B is compiled; only side A can be the goldens", field="--b-golden",
+                         fix="swap the sides: --a-golden")
+    if a.compiles_like(b):
+        raise UsageError("both sides compile with the same Python and the same knobs: nothing could differ",
+                         field="--b-python", fix="give side B another Python (--b-python PATH) or a knob "
+                                                 "(--b-env NAME=VALUE), or compare with the goldens (--a-golden)")
+    ws = open_workspace(spec=spec, golden=golden)
+    chosen, cells = select_cells(ws, arch=arch, kernel=kernel)
+    selection = describe_selection(ws, arch=arch, kernel=kernel, cells=cells)
+    sides = (a, b)
+    for side in sides:   # a typo'd knob would read `same` everywhere (another Python checks its own)
+        if not side.python:
+            check_knobs_read(side.knobs, field=f"--{side.label.lower()}-env")
+    compiled: dict[str, tuple[list[CellResult], dict[str, str], dict[str, dict[str, str]]]] = {}
+    with contextlib.ExitStack() as stack:
+        children = {}
+        for side in sides:
+            if side.python:
+                child = _SideProcess(side, arch=arch, kernel=kernel, spec=spec, options=options,
+                                     field=f"--{side.label.lower()}-python", cache_dir=ws.project.cache_dir)
+                stack.callback(child.close)
+                children[side.label] = child
+        for side in sides:
+            if not side.golden and not side.python:
+                run = compile_cells(ws, chosen, cells, options=dataclasses.replace(options, knobs=dict(side.knobs)),
+                                    progress=progress)
+                compiled[side.label] = (run.results, run.toolchain(), run.toolchains())
+        for label, child in children.items():
+            compiled[label] = child.results()
+        wanted = [cell.id for cell in cells]
+        for label, (results, _, _) in compiled.items():   # the other Python selected what this one did
+            if sorted(r.id for r in results) != sorted(wanted):
+                raise ToolchainError(f"side {label} compiled other cells than this selection", field=f"--{label.lower()}-python",
+                                     fix="run both sides with the same xisa checkout")
+            order = {cell_id: i for i, cell_id in enumerate(wanted)}
+            results.sort(key=lambda r: order[r.id])
+        for side in sides:
+            if side.label in compiled:
+                side.toolchain = compiled[side.label][1]
+        a_errors: dict[str, str] = {}
+        if a.golden:
+            a_dir = ws.project.golden_dir
+            a.golden_dir = display_path(a_dir, ws.project.root) + "/"
+            recorded = [read_golden_toolchain(golden_paths(a_dir, c.kernel.name, c.case, c.target.name)[0])
+                        for c in cells]
+            a.toolchain = majority_toolchain([t for t in recorded if t])
+        else:
+            a_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="xisa-ab-a-"))) / "golden"
+            results, _, toolchains = compiled[a.label]
+            for result in results:
+                if result.ok:
+                    write_golden(*golden_paths(a_dir, result.kernel, result.case, result.target),
+                                 *render_golden(result, toolchain=toolchains[result.target], stream_file=True))
+                else:
+                    a_errors[result.id] = result.error or "compile failed"
+            a_dir.mkdir(parents=True, exist_ok=True)
+        report = judge_ab(compiled[b.label][0], a_golden_dir=a_dir, a_errors=a_errors, a_is_goldens=a.golden,
+                          display_root=ws.project.root if a.golden else a_dir.parent,
+                          selected_targets={t.name for t in chosen}, kernel_filters=kernel, sides=[a, b],
+                          selection=selection)
+    return AbOutcome(report=report, exit_code=report.exit_code)
 
 
 # --------------------------------------------------------------------------------- the machine

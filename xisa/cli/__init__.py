@@ -16,6 +16,7 @@ import threading
 
 import typer
 
+from xisa.cli.ab import ab, ab_side
 from xisa.cli.capture import capture
 from xisa.cli.check import bless, check, diff, merge
 from xisa.cli.compile import compile_command
@@ -33,8 +34,9 @@ cache_app = typer.Typer(help="The result cache private to xisa.", no_args_is_hel
 app.add_typer(cache_app, name="cache")
 for name, command in (("check", check), ("bless", bless), ("diff", diff), ("merge", merge),
                       ("compile", compile_command), ("device", device), ("doctor", doctor), ("targets", targets),
-                      ("kernels", kernels), ("report", report), ("capture", capture)):
+                      ("kernels", kernels), ("report", report), ("capture", capture), ("ab", ab)):
     app.command(name)(command)
+app.command("ab-side", hidden=True)(ab_side)   # the half of `xisa ab` that runs in a side's own Python
 cache_app.command("clear")(cache_clear)
 
 

@@ -123,6 +123,11 @@ def bless(
                   f"{len(outcome.left)} left")
     else:
         out.print(f"{len(outcome.written)} written, {len(outcome.unchanged)} unchanged, {len(outcome.removed)} removed")
+    if blessed.upgrade is not None:   # goldens of another toolchain rewritten: say what changed, for the commit
+        from xisa.render.formats import upgrade_commit_message
+
+        out.print("\nsuggested commit message:\n", markup=False)
+        out.print(upgrade_commit_message(blessed.upgrade), markup=False, highlight=False, soft_wrap=True)
     err = stderr()
     for result in blessed.run.results:
         if not result.ok:

@@ -33,7 +33,7 @@ from xisa.errors import ToolchainError
 from xisa.fsio import write_atomic
 from xisa.compile.result import CellResult
 from xisa.spec.cases import Cell
-from xisa.compile.toolchain import PINNED_ENV, unclassified_environment
+from xisa.compile.toolchain import PINNED_ENV, knobs_digest, unclassified_environment
 
 CACHE_FORMAT = 2
 RESULTS = "results"
@@ -93,10 +93,11 @@ def _triton_outside_its_wheel(dist) -> str:
     return "\n".join(lines)
 
 
-def cell_key(cell: Cell, roots: tuple[Path, ...]) -> str:
+def cell_key(cell: Cell, roots: tuple[Path, ...], *, knobs: dict[str, str] | None = None) -> str:
     """What the compile of `cell` depends on, apart from the files its load imports (the entry's depfile).
 
-    The spec and kernel paths and sys.path are in it because they decide which files an import finds.
+    The spec and kernel paths and sys.path are in it because they decide which files an import finds;
+    `knobs` (an `xisa ab` side's settings over the pinned environment) because they change the code.
     """
     spec = cell.kernel
     payload = {
@@ -108,8 +109,16 @@ def cell_key(cell: Cell, roots: tuple[Path, ...]) -> str:
         "roots": [str(r) for r in roots], "sys_path": list(sys.path),
         "pythonpath": [str(p) for p in spec.pythonpath], "import_hooks": [str(p) for p in spec.import_hooks],
     }
+    if knobs:
+        payload["knobs"] = dict(sorted(knobs.items()))
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+def knob_triton_cache(cache_dir: Path, knobs: dict[str, str]) -> Path | None:
+    """Triton's cache for a run with side knobs: a folder of their own inside xisa's Triton cache (Triton keys
+    its entries on some knobs only). None: the shared one."""
+    return cache_dir / TRITON / f"knobs-{knobs_digest(knobs)}" if knobs else None
 
 
 def _digest(record: dict[str, Any]) -> str:

@@ -15,12 +15,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
 from xisa.compile.bind import ignore_reads_under, kernel_dependencies
-from xisa.compile.cache import ResultCache, Timings, cell_key, open_cache_folder, triton_cache_class
+from xisa.compile.cache import (ResultCache, Timings, cell_key, knob_triton_cache, open_cache_folder,
+                                triton_cache_class)
 from xisa.compile.cell import compile_cell
 from xisa.compile.result import CellResult
 from xisa.spec.cases import Cell
@@ -48,6 +49,9 @@ class RunOptions:
     timeout: float = 600.0      # seconds per cell
     use_cache: bool = True
     keep_stages: bool = False
+    # An `xisa ab` side's codegen knobs (NAME -> value), set over the pinned environment for this run only:
+    # part of every result's cache key, with a Triton cache folder of their own.
+    knobs: dict[str, str] = field(default_factory=dict)
 
 
 def _warm() -> None:
@@ -154,6 +158,8 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
     # Refused variables and an unsupported Triton make any result untrustworthy, cached answers included.
     toolchain.check_environment()
     toolchain.check_supported(toolchain.triton_version())
+    toolchain.check_side_knobs(options.knobs)
+    toolchain.check_knobs_read(options.knobs)   # a typo'd knob would answer `same` everywhere
     open_cache_folder(cache_dir)
     # --no-cache compiles every cell but still records the results, so the next run is warm.
     cache = ResultCache(cache_dir)
@@ -163,7 +169,7 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
     keys: list[str | None] = [None] * len(cells)
     todo: list[int] = []
     for index, cell in enumerate(cells):
-        keys[index] = cell_key(cell, tuple(roots))
+        keys[index] = cell_key(cell, tuple(roots), knobs=options.knobs)
         if read_cache:
             hit = cache.get(keys[index])
             if hit is not None:
@@ -194,7 +200,8 @@ def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
     try:
         fresh = None if options.use_cache else _scratch_folder("xisa-triton-", cache_dir)
         fallback = _scratch_folder("xisa-triton-fallback-", cache_dir)
-        apply_pinned_env(cache_dir, triton_cache=fresh)
+        apply_pinned_env(cache_dir, triton_cache=fresh or knob_triton_cache(cache_dir, options.knobs),
+                         knobs=options.knobs)
         _warm()
         _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK = cells, list(roots), options.keep_stages, str(fallback)
         _PARENT_PID = os.getpid()

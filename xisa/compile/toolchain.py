@@ -215,19 +215,116 @@ def check_triton_environment(environ: dict[str, str] | None = None) -> None:
                              fix=f"unset {name}")
 
 
+# --- an `xisa ab` side's knobs ------------------------------------------------------------------------
+# `xisa ab --b-env NAME=VALUE` compiles one side with a codegen knob set. The knob is passed explicitly (a
+# side's RunOptions.knobs, a child's --knob), never through the environment, so `xisa check` keeps refusing
+# an unknown variable in the environment while a side may set one on purpose.
+
+def parse_knobs(pairs: list[str], *, field: str) -> dict[str, str]:
+    """`NAME=VALUE` settings of one side, each refused when it cannot change codegen (`check_side_knobs`)."""
+    knobs: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ToolchainError(f"{pair!r} is not NAME=VALUE", field=field,
+                                 fix=f"e.g. {field} TRITON_HIP_USE_BLOCK_PINGPONG=1")
+        if name in knobs and knobs[name] != value:
+            raise ToolchainError(f"{name} is set twice ({knobs[name]!r} and {value!r})", field=field,
+                                 fix="give each variable once")
+        knobs[name] = value
+    check_side_knobs(knobs, field=field)
+    return knobs
+
+
+# Pinned variables a side may not set either: they break what xisa reads, or only print and dump.
+NOT_SIDE_KNOBS = {
+    "TRITON_STORE_BINARY_ONLY": "keeps no assembly for xisa to analyze",
+    "TRITON_OVERRIDE_ARCH": "compiles for another architecture than the cell's target",
+    "TRITON_HOME": "moves Triton's folders; xisa keeps a cache of its own",
+    "LLVM_EXTRACT_DI_LOCAL_VARIABLES": "rewrites debug info into the IR, so the amdgcn is no longer text",
+    **{name: "prints, times or dumps the compile; it changes nothing compiled" for name in (
+        "TRITON_KERNEL_DUMP", "TRITON_DUMP_MIR", "AMDGCN_ENABLE_DUMP", "NVPTX_ENABLE_DUMP", "MLIR_ENABLE_DUMP",
+        "MLIR_DUMP_PATH", "LLVM_IR_ENABLE_DUMP", "TRITON_DUMP_PTXAS_LOG", "MLIR_ENABLE_TIMING", "LLVM_ENABLE_TIMING",
+        "MLIR_ENABLE_DIAGNOSTICS", "TRITON_ENABLE_LLVM_DEBUG", "TRITON_LLVM_DEBUG_ONLY", "TRITON_REPRODUCER_PATH",
+        "TRITON_ALWAYS_COMPILE", "TRITON_PARTITION_SCHEDULING_DUMP_DATA_ONLY",
+        "TRITON_PARTITION_SCHEDULING_DUMP_LOOP_ONLY", "TRITON_PARTITION_SCHEDULING_ENABLE_DUMP_DOT")},
+}
+
+
+def check_side_knobs(knobs: dict[str, str], *, field: str = "--knob") -> None:
+    """Refuse a side knob that makes results untrustworthy (a refused variable, one that breaks what xisa
+    reads), that changes nothing compiled (the A/B would compare nothing), or that is no toolchain variable."""
+    for name in knobs:
+        if name in REFUSED_ENV:
+            raise ToolchainError(f"{name} {REFUSED_ENV[name]}, so no result of that side could be trusted",
+                                 field=field, fix=f"compare codegen knobs, not {name}")
+        if name in NOT_SIDE_KNOBS:
+            raise ToolchainError(f"{name} {NOT_SIDE_KNOBS[name]}: it cannot be a side's knob", field=field,
+                                 fix="name a codegen knob, e.g. AMDGCN_USE_BUFFER_OPS=0")
+        if name in HARMLESS_ENV:
+            raise ToolchainError(f"{name} changes nothing compiled ({HARMLESS_ENV[name]}): that A/B would compare "
+                                 "nothing", field=field, fix="name a codegen knob, e.g. AMDGCN_USE_BUFFER_OPS=0")
+        if not name.startswith(_TOOLCHAIN_PREFIXES):
+            raise ToolchainError(f"{name} is not a Triton, LLVM or compiler variable", field=field,
+                                 fix="name a codegen knob of Triton's knobs.py, e.g. TRITON_HIP_USE_BLOCK_PINGPONG=1")
+
+
+def check_knobs_read(knobs: dict[str, str], *, field: str = "--knob") -> None:
+    """Refuse a side knob the installed Triton never reads (a typo would make every cell `same`), imports
+    Triton: its knobs, the variables its C++ side folds into its cache key, and the variables xisa pins
+    (read by a backend directly)."""
+    if not knobs:
+        return
+    read = triton_knob_variables() | set(PINNED_ENV)
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        saved = {name: os.environ.get(name) for name in knobs}
+        try:
+            os.environ.update(knobs)
+            read |= set(get_cache_invalidating_env_vars())
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    except ImportError:  # not every Triton exposes it
+        pass
+    for name in sorted(knobs):
+        if name not in read:
+            import difflib
+
+            near = difflib.get_close_matches(name, sorted(read), n=1)
+            raise ToolchainError(f"Triton {triton_version()} reads no variable {name}, so setting it would change "
+                                 "nothing", field=field,
+                                 fix=f"did you mean {near[0]}?" if near else "see triton/knobs.py of that Triton")
+
+
+def knobs_digest(knobs: dict[str, str]) -> str:
+    """A short name for a knob setting: its Triton cache folder and part of its results' cache key."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(sorted(knobs.items())).encode()).hexdigest()[:16]
+
+
 def pinned_overrides(environ: dict[str, str] | None = None) -> dict[str, str]:
     """User settings that xisa overrides with its pinned value (shown by `xisa doctor`)."""
     env = os.environ if environ is None else environ
     return {k: env[k] for k, v in PINNED_ENV.items() if k in env and env[k] != v}
 
 
-def apply_pinned_env(cache_dir: Path, *, triton_cache: Path | None = None) -> None:
+def apply_pinned_env(cache_dir: Path, *, triton_cache: Path | None = None, knobs: dict[str, str] | None = None) -> None:
     """Pin codegen knobs and a Triton cache private to xisa, in this process, before Triton compiles.
 
     `triton_cache` defaults to `cache_dir/triton`; `--no-cache` passes an empty folder of its own.
+    `knobs` are an `xisa ab` side's explicit settings (`check_side_knobs`): set after the pins, over them.
+    They never come from the environment, so the refusals below judge the user's environment alone.
     """
     check_environment()
     check_triton_environment()  # before pinning: a refusal leaves the environment as it was
+    check_side_knobs(knobs or {})
     for name in REFUSED_ENV:  # set to "" or "0": counted as unset, and Triton never sees them
         os.environ.pop(name, None)
     for name, value in PINNED_ENV.items():
@@ -235,6 +332,7 @@ def apply_pinned_env(cache_dir: Path, *, triton_cache: Path | None = None) -> No
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+    os.environ.update(knobs or {})
     # Triton's cache keys on a kernel's starting line, not its path: a shared cache could hand us
     # another checkout's asm. Keep ours apart.
     os.environ["TRITON_CACHE_DIR"] = str(triton_cache or cache_dir / "triton")

@@ -17,6 +17,7 @@ from xisa.analyze.backends import AMD, BACKENDS, NVIDIA, backend_of_isa
 from xisa.analyze.expect import Failure, measure
 from xisa.compile.result import CellResult
 from xisa.compile.toolchain import describe_toolchain
+from xisa.golden.ab import largest_resource_changes, target_summaries
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 
 
@@ -196,7 +197,11 @@ def summary_line(report) -> str:
 
 
 def judgement_line(report, *, code: str = "`") -> str:
-    """What the verdicts were judged against: the base revision (for a PR gate) and the declared scope."""
+    """What the verdicts were judged against: the base revision (for a PR gate) and the declared scope;
+    for an A/B, its two sides."""
+    sides = getattr(report, "sides", None)
+    if sides:
+        return " vs ".join(side.describe() for side in sides)
     scopes = ", ".join(f"{code}{s}{code}" for s in report.scopes)
     scope = f"scope {scopes}" if scopes else "no scope (every cell must be unchanged)"
     if report.base:
@@ -308,6 +313,8 @@ def _check_header(counts: list[str], isa: str, *, code: bool) -> list[str]:
 
 def render_markdown(report, *, counts: list[str], title: str, accept: list[str] | None = None) -> str:
     lines = [f"### {title}", "", f"**{summary_line(report)}**", "", f"_{judgement_line(report)}_", ""]
+    if getattr(report, "sides", None):
+        lines += [*target_summary_table(report), ""]
     for problem in report.problems:
         lines += [f"> :warning: {problem}", ""]
     if report.isolation_violations:
@@ -383,9 +390,12 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
     if report.isolation_violations:
         console.print(Text("isolation violated: " + ", ".join(v.id for v in report.isolation_violations),
                            style="bold red"))
-    if report.base or report.scopes:
+    if report.base or report.scopes or getattr(report, "sides", None):
         console.print(Text(judgement_line(report, code="")))
     console.print(Text(summary_line(report)))
+    if getattr(report, "sides", None):
+        for line in target_summary_lines(report):
+            console.print(Text(line))
     for command in accept or []:
         console.print(Text(f"to accept: {command}"))
 
@@ -449,4 +459,62 @@ def render_compile_markdown(results: list[CellResult], *, counts: list[str]) -> 
     lines = [f"Each cell: {legend}.", "", "| case | " + " | ".join(targets) + " |", "|---|" + "---|" * len(targets)]
     for case in sorted(rows):
         lines.append(f"| `{case}` | " + " | ".join(rows[case].get(t, "–") for t in targets) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- A/B and toolchain upgrades
+
+def _resource_movement(summary) -> str:
+    """`vgprs 3 up, 1 down (+24); scratch_bytes 1 up (+512)`: per resource, cells up and down, net change."""
+    parts = []
+    for key, (up, down, net) in summary.resources.items():
+        moved = ", ".join(f"{n} {word}" for n, word in ((up, "up"), (down, "down")) if n)
+        parts.append(f"{key} {moved} ({net:+d})")
+    return "; ".join(parts)
+
+
+def target_summary_lines(report) -> list[str]:
+    """One line per target: verdict counts, instructions of the compared cells A → B, resources that moved."""
+    lines = []
+    for summary in target_summaries(report):
+        counts = ", ".join(f"{summary.counts[v]} {'same' if v == 'same' else v}" for v in _SUMMARY_ORDER
+                           if summary.counts.get(v))
+        line = f"{summary.target}: {counts} ({_plural(summary.cells, 'cell')})"
+        if summary.instructions != (0, 0):
+            line += f"; instructions {_arrow(*summary.instructions)}"
+        movement = _resource_movement(summary)
+        lines.append(line + (f"; {movement}" if movement else ""))
+    return lines
+
+
+def target_summary_table(report) -> list[str]:
+    """The per-target summary as a markdown table (the PR comment, the README)."""
+    lines = ["| target | cells | same | changed | error | instructions A → B | resources (cells up/down, net) |",
+             "|---|---|---|---|---|---|---|"]
+    for summary in target_summaries(report):
+        other = sum(n for v, n in summary.counts.items() if v not in ("same", "changed"))
+        lines.append(f"| {summary.target} | {summary.cells} | {summary.counts.get('same', 0)} | "
+                     f"{summary.counts.get('changed', 0)} | {other} | {_arrow(*summary.instructions)} | "
+                     f"{_resource_movement(summary) or '-'} |")
+    return lines
+
+
+def upgrade_commit_message(upgrade, *, limit: int = 10) -> str:
+    """The commit message `xisa bless` suggests when it rewrites goldens of another toolchain: the toolchains,
+    per target what changed, and the largest resource changes."""
+    old = ", ".join(f"{k} {v}" for k, v in sorted(upgrade.old.items()))
+    new = ", ".join(f"{k} {v}" for k, v in sorted(upgrade.new.items()))
+    subject = (f"goldens: Triton {upgrade.old.get('triton')} -> {upgrade.new.get('triton')}"
+               if upgrade.old.get("triton") != upgrade.new.get("triton") else f"goldens: {old} -> {new}")
+    lines = [subject, "", f"Re-blessed with {new} (the goldens were made with {old}).",
+             f"{summary_line(upgrade.report)}", ""]
+    lines += [f"- {line}" for line in target_summary_lines(upgrade.report)]
+    largest = largest_resource_changes(upgrade.report, limit=limit)
+    if largest:
+        lines += ["", "Largest resource changes:"]
+        lines += [f"- {cell_id}: {key} {_arrow(old_value, new_value)}" for cell_id, key, old_value, new_value in largest]
+    changed = [v.id for v in upgrade.report.verdicts if v.verdict == "changed"]
+    if changed:
+        lines += ["", f"Changed cells ({len(changed)}): " + ", ".join(changed[:40])
+                  + (f", and {len(changed) - 40} more" if len(changed) > 40 else "")]
     return "\n".join(lines) + "\n"

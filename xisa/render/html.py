@@ -404,6 +404,8 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
          " · no scope declared")
       + (f" · shard {report.shard[0]}/{report.shard[1]}" if report.shard else "")
       + f" · {len(verdicts)} cells</p>\n")
+    for side in getattr(report, "sides", None) or []:   # an A/B: "golden" below is side A, "head" side B
+        w(f"<p class=\"meta side\" id=\"side-{_e(side.label.lower())}\">{_e(side.describe())}</p>\n")
     for problem in report.problems:
         w(f"<p class=\"problem\">untrusted: {_e(problem)}</p>\n")
     if report.isolation_violations:

@@ -1,0 +1,74 @@
+"""The A/B judgement alone (`xisa.golden.ab`): side errors, per-target summaries, the first changed stage."""
+
+from __future__ import annotations
+
+import hashlib
+
+from xisa.analyze.model import Analysis
+from xisa.compile.result import CellResult
+from xisa.golden.ab import Side, judge_ab, largest_resource_changes, target_summaries
+from xisa.golden.store import golden_paths, render_golden, write_golden
+
+
+def _result(case: str, *, stream: str = "v_add_f32 v0, v1, v2", vgprs: int = 8, ok: bool = True,
+            target: str = "gfx942") -> CellResult:
+    if not ok:
+        return CellResult(kernel="k", case=case, target=target, status="error", error="boom")
+    lines = stream.splitlines()
+    histogram: dict[str, int] = {}
+    for line in lines:
+        histogram[line.split()[0]] = histogram.get(line.split()[0], 0) + 1
+    analysis = Analysis(isa="amdgcn", sha256=hashlib.sha256(stream.encode()).hexdigest(), instructions=len(lines),
+                        blocks=1, histogram=histogram, base_histogram=dict(histogram), classes={},
+                        resources={"vgprs": vgprs, "scratch_bytes": 0}, stream_text=stream)
+    return CellResult(kernel="k", case=case, target=target, status="ok", analysis=analysis,
+                      binding={"signature": {}, "constexprs": {}, "attrs": {}}, options={"num_warps": 4})
+
+
+def _judge(tmp_path, a_results, b_results):
+    folder = tmp_path / "a" / "golden"
+    errors = {}
+    for result in a_results:
+        if result.ok:
+            write_golden(*golden_paths(folder, result.kernel, result.case, result.target),
+                         *render_golden(result, toolchain={"triton": "3.8.0"}, stream_file=True))
+        else:
+            errors[result.id] = result.error
+    folder.mkdir(parents=True, exist_ok=True)
+    sides = [Side("A", toolchain={"triton": "3.8.0"}), Side("B", python="/v/bin/python", toolchain={"triton": "3.9.0"})]
+    return judge_ab(b_results, a_golden_dir=folder, a_errors=errors, a_is_goldens=False, display_root=folder.parent,
+                    selected_targets={"gfx942"}, kernel_filters=None, sides=sides)
+
+
+def test_a_cell_only_side_a_fails_is_an_error_not_new(tmp_path):
+    report = _judge(tmp_path, [_result("x", ok=False), _result("y")], [_result("x"), _result("y")])
+    verdicts = {v.case: v for v in report.verdicts}
+    assert verdicts["x"].verdict == "error" and verdicts["x"].message == "side A failed: boom"
+    assert verdicts["y"].verdict == "same" and verdicts["y"].golden_file == ""
+    assert report.exit_code == 2 and report.problems == []      # another Triton on side B is no problem
+
+
+def test_changes_are_counted_per_target_and_the_largest_listed_first(tmp_path):
+    a = [_result("x"), _result("y"), _result("z", target="gfx1100")]
+    b = [_result("x", stream="v_add_f32 v0, v1, v2\nv_mov_b32 v3, 0", vgprs=16), _result("y", vgprs=4),
+         _result("z", target="gfx1100")]
+    report = _judge(tmp_path, a, b)
+    assert report.exit_code == 1
+    summaries = {s.target: s for s in target_summaries(report)}
+    assert summaries["gfx942"].counts == {"changed": 2} and summaries["gfx1100"].counts == {"same": 1}
+    assert summaries["gfx942"].instructions == (2, 3)
+    assert summaries["gfx942"].resources == {"vgprs": (1, 1, 4)}
+    assert largest_resource_changes(report) == [("k:x@gfx942", "vgprs", 8, 16), ("k:y@gfx942", "vgprs", 8, 4)]
+    assert report.to_json()["sides"]["b"] == {"label": "B", "kind": "python", "python": "/v/bin/python",
+                                              "knobs": {}, "toolchain": {"triton": "3.9.0"}, "golden": None}
+
+
+def test_first_changed_stage_is_the_earliest_stage_whose_fingerprint_differs(tmp_path):
+    a, b = _result("x"), _result("x", stream="v_mov_b32 v0, 0")
+    verdict = _judge(tmp_path / "none", [a], [b]).verdicts[0]
+    assert verdict.verdict == "changed" and verdict.stages.first is None   # no stages recorded
+    a.analysis.stages = {stage: digit * 64 for stage, digit in zip(("ttir", "ttgir", "llir", "amdgcn"), "1234")}
+    b.analysis.stages = {stage: digit * 64 for stage, digit in zip(("ttir", "ttgir", "llir", "amdgcn"), "1298")}
+    report = _judge(tmp_path / "both", [a], [b])
+    assert report.verdicts[0].stages.first == "llir"
+    assert report.to_json()["cells"][0]["first_changed_stage"] == "llir"
