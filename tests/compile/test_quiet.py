@@ -42,3 +42,15 @@ def test_json_says_which_cells_came_from_the_cache(tinyproj, run_xisa):
     assert cells["small"]["verdict"] == "changed" and cells["small"]["cached"] is False   # the edit recompiled
     again = run_xisa("compile", *args, "--json", cwd=tinyproj, env=env)
     assert [c["cached"] for c in json.loads(again.out)["cells"]] == [True, True]
+
+
+def test_torch_without_numpy_does_not_warn_in_a_run(tinyproj, tmp_path):
+    """xisa's own install has no NumPy; torch then warns "Failed to initialize NumPy" on import (the README's
+    main command printed it). A `numpy` that cannot import stands in for the missing one."""
+    blocker = tmp_path / "no-numpy" / "numpy"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'numpy\'", name="numpy")\n')
+    out = xisa_process("compile", "--arch", "gfx942", "--kernel", "scale:small", cwd=tinyproj,
+                       cache=tmp_path / "cache", env={"PYTHONPATH": str(blocker.parent)})
+    assert out.code == 0, out.err
+    assert "NumPy" not in out.err and "Warning" not in out.err, out.err

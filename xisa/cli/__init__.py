@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import warnings
 
 import typer
 
@@ -24,6 +25,7 @@ from xisa.cli.device import device
 from xisa.cli.doctor import doctor
 from xisa.cli.inspect import cache_clear, kernels, targets
 from xisa.cli.report import report
+from xisa.compile.runner import TORCH_WITHOUT_NUMPY
 from xisa.errors import XisaError
 
 app = typer.Typer(
@@ -69,6 +71,8 @@ def _interrupted() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     global _stopped_by
+    # The command's process: torch's import warns when NumPy is absent, which xisa's install leaves out.
+    warnings.filterwarnings("ignore", message=TORCH_WITHOUT_NUMPY, category=UserWarning)
     _stopped_by = signal.SIGINT
     previous = _handle_stop_signals()
     try:

@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -54,9 +55,15 @@ class RunOptions:
     knobs: dict[str, str] = field(default_factory=dict)
 
 
+# torch warns on import when NumPy is not installed (xisa's install does not need it): not xisa's report.
+TORCH_WITHOUT_NUMPY = r"Failed to initialize NumPy"
+
+
 def _warm() -> None:
     """Import what every compile needs once, in the parent, so forked workers start warm."""
-    import torch  # noqa: F401  (stand-in dtypes)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TORCH_WITHOUT_NUMPY, category=UserWarning)
+        import torch  # noqa: F401  (stand-in dtypes)
     import triton  # noqa: F401
     import triton.compiler  # noqa: F401
     from triton.backends.amd import compiler as _amd  # noqa: F401
