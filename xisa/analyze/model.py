@@ -21,6 +21,10 @@ class Instruction:
     line: int              # 1-based line in the source assembly
     second: str = ""       # the other half of a dual-issue pair (gfx11+ VOPD `X ... :: Y ...`), raw
     second_base: str = ""  # that half with its encoding suffixes stripped (the parser knows the ISA's rule)
+    # Kernel source location the compiler's line information gives this instruction ("FILE:LINE", FILE as
+    # the compiler wrote it), or "" where it gives none. Never part of `text()`: moving a source line must
+    # not move the fingerprint.
+    loc: str = ""
 
     def histogram_keys(self) -> tuple[str, str]:
         """(raw, base) keys: a dual-issue pair counts once, as `X::Y`, so both halves are visible."""
