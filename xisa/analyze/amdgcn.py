@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from xisa.analyze.codeobject import code_sha256
+from xisa.analyze.lines import count_by_line
 from xisa.analyze.model import Analysis, Block, Function, Instruction, Stream, histograms
 from xisa.errors import ParseError
 
@@ -267,8 +268,40 @@ def _statements(lines: list[str], start: int, opaque: set[str]) -> Iterator[tupl
         index += 1
 
 
-def _parse_function(lines: list[str], name: str, opaque: set[str]) -> list[Block]:
-    """One function's instructions by basic block, labels renumbered within the function."""
+# DWARF line information as LLVM prints it: `.file 1 "dir" "name.py"` (DWARF 5 adds `md5 0x...`; a one-string
+# form names the file alone) and `.loc FILE LINE [COLUMN] [flags]`; line 0 means "no source line".
+_FILE_DIRECTIVE = re.compile(r'^\.file\s+(\d+)\s+"((?:[^"\\]|\\.)*)"(?:\s+"((?:[^"\\]|\\.)*)")?')
+_LOC_DIRECTIVE = re.compile(r"^\.loc\s+(\d+)\s+(\d+)\b")
+
+
+def source_files(lines: list[str]) -> dict[str, str]:
+    """The `.file` table: number -> path as LLVM wrote it (directory and name joined, unless the name is absolute)."""
+    files: dict[str, str] = {}
+    for line in lines:
+        match = _FILE_DIRECTIVE.match(line.strip())
+        if match:
+            number, first, second = match.groups()
+            path = first if second is None else (second if second.startswith("/") or not first
+                                                 else f"{first.rstrip('/')}/{second}")
+            files[number] = path.replace('\\"', '"').replace("\\\\", "\\")
+    return files
+
+
+def source_location(text: str, files: dict[str, str]) -> str | None:
+    """`FILE:LINE` a `.loc` directive sets ("" for line 0 or an unknown file), None when `text` is no `.loc`."""
+    match = _LOC_DIRECTIVE.match(text)
+    if match is None:
+        return None
+    number, line = match.group(1), int(match.group(2))
+    return f"{files[number]}:{line}" if line and number in files else ""
+
+
+def _parse_function(lines: list[str], name: str, opaque: set[str],
+                    files: dict[str, str] | None = None) -> list[Block]:
+    """One function's instructions by basic block, labels renumbered within the function; each instruction
+    carries the source location of the last `.loc` before it (`Instruction.loc`)."""
+    files = files or {}
+    loc = ""
     start = None
     for index, line in enumerate(lines):
         if line.startswith(f"{name}:"):
@@ -297,9 +330,12 @@ def _parse_function(lines: list[str], name: str, opaque: set[str]) -> list[Block
                 continue
         if text.startswith("."):
             if not from_asm:
+                where = source_location(text, files)
+                if where is not None:
+                    loc = where
                 continue  # LLVM's own directives: .loc, .file, .cfi_*, .p2align, .section ...
             word, argument = _directive(text)
-            blocks[-1].instructions.append(Instruction(word, word, _normalize_operands(argument), index + 1))
+            blocks[-1].instructions.append(Instruction(word, word, _normalize_operands(argument), index + 1, loc=loc))
             continue
         parts = text.split(None, 1)
         mnemonic = parts[0]
@@ -311,7 +347,7 @@ def _parse_function(lines: list[str], name: str, opaque: set[str]) -> list[Block
             tail = operands.split(" :: ", 1)[1].split(None, 1)
             second = tail[0] if tail and re.match(r"^v_[a-z0-9_]+$", tail[0]) else ""
         blocks[-1].instructions.append(Instruction(mnemonic, base_mnemonic(mnemonic), operands, index + 1, second,
-                                                   base_mnemonic(second) if second else ""))
+                                                   base_mnemonic(second) if second else "", loc=loc))
         if _TERMINATORS.match(mnemonic):
             blocks.append(Block(f"bb{len(blocks)}"))
     if not end_seen:
@@ -347,8 +383,9 @@ def _parse(asm: str) -> tuple[str, Stream, list[str]]:
     lines = asm.splitlines()
     kernel, callees = _functions(lines)
     opaque: set[str] = set()
-    stream = Stream(_parse_function(lines, kernel, opaque),
-                    [Function(name, _parse_function(lines, name, opaque)) for name in callees])
+    files = source_files(lines)
+    stream = Stream(_parse_function(lines, kernel, opaque, files),
+                    [Function(name, _parse_function(lines, name, opaque, files)) for name in callees])
     return kernel, stream, sorted(opaque)
 
 
@@ -465,5 +502,6 @@ def analyze_amdgcn(asm: str, *, lds_bytes: int = 0, code_object: bytes | None = 
         histogram=raw, base_histogram=base, classes={c: classes.get(c, 0) for c in CLASSES if classes.get(c)},
         resources=resources(asm, lds_bytes=lds_bytes), stream_text=text,
         code_sha256=code_sha256(code_object) if code_object is not None else None, opaque_asm=opaque,
+        lines=count_by_line(stream),
     )
     return analysis, name

@@ -60,6 +60,8 @@ class Backend:
     binary: str                     # the stage the hardware loads
     # What a tool must print about `binary` for the analysis (None: the bytes themselves are analyzed).
     binary_tool: tuple[str, ...] | None
+    # The tool that prints `assembly` from `binary` with line information (None: Triton's own `asm[assembly]`).
+    assembly_tool: tuple[str, ...] | None
     tools: tuple[str, ...]          # the programs its compiles and analysis run (`xisa doctor` looks for them)
     base_mnemonic: Callable[[str], str]        # `v_add_f32_e32` -> `v_add_f32`, `HMMA.16816.F32` -> `HMMA`
     # The resource keys its analysis reports: those an expectation may name first, in the order
@@ -158,7 +160,7 @@ AMD = Backend(
     name="hip", package="amd", vendor="AMD", isa="amdgcn",
     stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"),
     fingerprinted_stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"),   # hsaco: its `code_sha256`
-    assembly="amdgcn", binary="hsaco", binary_tool=None,
+    assembly="amdgcn", binary="hsaco", binary_tool=None, assembly_tool=None,   # the amdgcn keeps `.loc`
     tools=("ld.lld",),
     base_mnemonic=amdgcn.base_mnemonic,
     resources=("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes", "occupancy",
@@ -191,7 +193,10 @@ NVIDIA = Backend(
     stages=("ttir", "ttgir", "llir", "ptx", "cubin", "sass"),
     fingerprinted_stages=("ttir", "ttgir", "llir", "ptx", "sass"),   # a cubin's code is its SASS
     assembly="sass", binary="cubin",
-    binary_tool=("cuobjdump", "--dump-resource-usage"), tools=("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm"),
+    binary_tool=("cuobjdump", "--dump-resource-usage"),
+    # Triton's `asm["sass"]` (cuobjdump -sass) has no line information; nvdisasm -g prints the same code with
+    # `//## File "...", line N` comments (the source lines; dropped from the stream like every comment).
+    assembly_tool=("nvdisasm", "-c", "-g"), tools=("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm"),
     base_mnemonic=sass.base_mnemonic,
     resources=("registers", "stack_bytes", "local_bytes", "lds_bytes", "occupancy", "llvm_occupancy"),
     # AMD's scratch (private segment: spills and stack) is NVIDIA's per-thread stack plus local memory.

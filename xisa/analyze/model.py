@@ -114,6 +114,9 @@ class Analysis:
     # started. Not counted or compared by the analyzer (no ANALYZER_VERSION bump): empty where unknown
     # (a golden blessed before xisa recorded them).
     stages: dict[str, str] = field(default_factory=dict)
+    # Instructions per kernel source line (`xisa.analyze.lines`): a side table, never counted or compared by the
+    # analyzer (no ANALYZER_VERSION bump), so a moved source line moves no verdict; empty where unknown.
+    lines: list[dict[str, Any]] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
         record = {
@@ -126,6 +129,8 @@ class Analysis:
             record["opaque_asm"] = list(self.opaque_asm)
         if self.stages:
             record["stages"] = dict(self.stages)
+        if self.lines:
+            record["lines"] = [dict(row) for row in self.lines]
         return record
 
     @classmethod
@@ -135,4 +140,4 @@ class Analysis:
                    base_histogram=dict(record["base_histogram"]), classes=dict(record["classes"]),
                    resources=dict(record["resources"]), stream_text=stream_text,
                    code_sha256=record.get("code_sha256"), opaque_asm=list(record.get("opaque_asm") or []),
-                   stages=dict(record.get("stages") or {}))
+                   stages=dict(record.get("stages") or {}), lines=list(record.get("lines") or []))

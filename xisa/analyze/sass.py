@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
+from xisa.analyze.lines import count_by_line
 from xisa.analyze.model import Analysis, Block, Instruction, Stream, histograms
 from xisa.errors import ParseError
 
@@ -112,10 +114,16 @@ def _operands(text: str) -> str:
 class _Raw:
     """One instruction before labels are resolved."""
 
-    __slots__ = ("mnemonic", "operands", "line", "index")
+    __slots__ = ("mnemonic", "operands", "line", "index", "loc")
 
-    def __init__(self, mnemonic: str, operands: str, line: int, index: int):
-        self.mnemonic, self.operands, self.line, self.index = mnemonic, operands, line, index
+    def __init__(self, mnemonic: str, operands: str, line: int, index: int, loc: str = ""):
+        self.mnemonic, self.operands, self.line, self.index, self.loc = mnemonic, operands, line, index, loc
+
+
+# nvdisasm's line information (`-g`, from the cubin's .debug_line): `//## File "/path/k.py", line 12` before the
+# instructions of that line (with `-gi`, an inlined line adds ` inlined at "...", line 30`: the first location
+# is the instruction's own). Line 0 means no source line. A comment: dropped from the stream by rule line-comment.
+_LINE_INFO = re.compile(r'^\s*//## File "((?:[^"\\]|\\.)*)", line (\d+)')
 
 
 def _scan(sass: str) -> tuple[list[_Raw], dict[str, int]]:
@@ -123,7 +131,15 @@ def _scan(sass: str) -> tuple[list[_Raw], dict[str, int]]:
     instructions: list[_Raw] = []
     labels: dict[str, int] = {}
     functions: list[str] = []
+    loc, after_line_info = "", False
     for number, raw in enumerate(sass.splitlines(), start=1):
+        line_info = _LINE_INFO.match(raw)
+        if line_info:
+            if not after_line_info:   # `-gi`: the lines it was inlined at follow; the first is the instruction's
+                loc = f"{line_info.group(1)}:{line_info.group(2)}" if int(line_info.group(2)) else ""
+            after_line_info = True
+            continue
+        after_line_info = False
         text = _normalize_line(raw)
         if not text:
             continue
@@ -157,7 +173,7 @@ def _scan(sass: str) -> tuple[list[_Raw], dict[str, int]]:
         operands = _operands(parts[1]) if len(parts) > 1 else ""
         if predicate:
             operands = f"{predicate} {operands}".rstrip()
-        instructions.append(_Raw(parts[0], operands, number, len(instructions)))
+        instructions.append(_Raw(parts[0], operands, number, len(instructions), loc))
     return instructions, labels
 
 
@@ -225,7 +241,8 @@ def parse_stream(sass: str) -> Stream:
         operands = _LABEL_REF.sub(rename, ins.operands)
         if ins.index in targets:
             operands = _HEX_TARGET.sub(block_name(targets[ins.index]), operands)
-        blocks[-1].instructions.append(Instruction(ins.mnemonic, base_mnemonic(ins.mnemonic), operands, ins.line))
+        blocks[-1].instructions.append(Instruction(ins.mnemonic, base_mnemonic(ins.mnemonic), operands, ins.line,
+                                                   loc=ins.loc))
     return Stream(blocks)
 
 
@@ -258,11 +275,18 @@ def parse_resource_usage(text: str, kernel: str | None = None) -> dict[str, int]
     return facts
 
 
+_ENTRY_TYPE = re.compile(r"^\.type\s+([\w.$]+)\s*,\s*@function")
+
+
 def _kernel_name(sass: str) -> str | None:
+    """The function a listing names: Triton's and cuobjdump's `Function` header, nvdisasm's `.type K,@function`."""
     for line in sass.splitlines():
         match = _HEADER.match(line.strip())
         if match and match.group("fn"):
             return match.group("fn")
+        match = _ENTRY_TYPE.match(line.strip())
+        if match:
+            return match.group(1)
     return None
 
 
@@ -287,8 +311,7 @@ _REGISTER = re.compile(r"\b(UR|R|UP|P|B)\d+\b")
 
 def strip_register_numbers(stream: Stream) -> Stream:
     for block in stream.blocks:
-        block.instructions = [Instruction(i.mnemonic, i.base, _REGISTER.sub(r"\1", i.operands), i.line)
-                              for i in block.instructions]
+        block.instructions = [replace(i, operands=_REGISTER.sub(r"\1", i.operands)) for i in block.instructions]
     return stream
 
 
@@ -306,4 +329,5 @@ def analyze_sass(sass: str, resource_usage: str, *, shared_bytes: int, rules: tu
         isa="sass", sha256=stream.sha256(), instructions=sum(raw.values()), blocks=len(stream.blocks),
         histogram=raw, base_histogram=base, classes={c: classes.get(c, 0) for c in CLASSES if classes.get(c)},
         resources=resources(usage, shared_bytes=shared_bytes), stream_text=stream.text(),
+        lines=count_by_line(stream),
     )

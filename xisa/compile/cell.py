@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 import warnings
 from pathlib import Path
 
+from xisa.analyze import lines
 from xisa.analyze.model import Analysis
 from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell, compiling, load_kernel_function
@@ -37,7 +39,7 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
             result.binding = bound.signature_record()
             result.options = bound.options_record()
             compiled = _triton_compile(bound)
-        result.analysis = analyze_compiled(cell, compiled, bound.options)
+        result.analysis = analyze_compiled(cell, compiled, bound.options, roots=roots)
         result.status = "ok"
         if keep_stages:   # the assembly is read (disassembled, where it must be) by the analysis
             result.stages = {k: v for k, v in compiled.asm.items() if k in cell.target.handler.stages}
@@ -61,7 +63,9 @@ def _triton_compile(bound):
     return triton.compile(source, target=bound.target, options=vars(bound.options))
 
 
-def analyze_compiled(cell: Cell, compiled, options) -> Analysis:
+def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -> Analysis:
+    """The cell's analysis, its stage fingerprints and its source-line table (paths made relative: `roots`
+    are the project's kernel roots)."""
     target = cell.target
     handler = target.handler
     assembly, binary_facts = machine_code(handler, compiled)
@@ -69,7 +73,41 @@ def analyze_compiled(cell: Cell, compiled, options) -> Analysis:
                                num_warps=int(getattr(options, "num_warps", 4)), target=target, rules=target.normalize)
     analysis.stages = stage_fingerprints(handler, compiled.asm, analysis,
                                          kernel=getattr(compiled.metadata, "name", None))
+    sources = _SourceFiles(roots)
+    analysis.lines = lines.resolve(analysis.lines, path_of=sources.path_of, text_of=sources.text_of)
     return analysis
+
+
+class _SourceFiles:
+    """Where the line information's absolute paths are shown from, and the text of their lines.
+
+    A path inside the project is shown relative to its root (the shortest kernel root holding it), one in an
+    installed package relative to its `sys.path` folder (`liger_kernel/ops/softmax.py`), anything else by its
+    name: never an absolute path, so moving the checkout or the virtual environment changes no table."""
+
+    def __init__(self, roots):
+        self.roots = sorted((Path(r) for r in roots), key=lambda r: len(r.parts))
+        self.texts: dict[str, list[str]] = {}
+
+    def path_of(self, path: str) -> str:
+        file = Path(path)
+        if not file.is_absolute():
+            return file.as_posix()
+        folders = [*self.roots, *sorted((Path(p) for p in sys.path if p and Path(p).is_absolute()),
+                                        key=lambda p: -len(p.parts))]
+        for folder in folders:
+            if file.is_relative_to(folder):
+                return file.relative_to(folder).as_posix()
+        return file.name
+
+    def text_of(self, path: str, line: int) -> str:
+        if path not in self.texts:
+            try:
+                self.texts[path] = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                self.texts[path] = []
+        source = self.texts[path]
+        return source[line - 1].strip() if 0 < line <= len(source) else ""
 
 
 def _triton_message(exc: Exception) -> str:

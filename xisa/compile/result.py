@@ -47,6 +47,7 @@ class CellResult(NamedByCell):
             "base_histogram": dict(analysis.base_histogram) if analysis else {},
             "classes": dict(analysis.classes) if analysis else {},
             "stages": dict(analysis.stages) if analysis else {},   # stage -> SHA-256, pipeline order
+            "lines": [dict(row) for row in analysis.lines] if analysis else [],   # instructions per source line
             "signature": self.binding.get("signature", {}),
             "constexprs": self.binding.get("constexprs", {}),
             "attrs": self.binding.get("attrs", {}),
