@@ -498,7 +498,7 @@ class BlessResult:
 def bless_run(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, lock_timeout: float = 30.0,
               record_stages: bool = False) -> BlessOutcome:
     """Write the goldens of a run; unused goldens of its selection go when every cell compiled.
-    `record_stages`: only add stage fingerprints to the goldens whose cell is unchanged."""
+    `record_stages`: only add stage fingerprints and source-line tables to the goldens whose cell is unchanged."""
     return write_goldens(run.results, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
                          toolchains=run.toolchains(), stream_files=ws.project.stream_files,
                          selected_targets={t.name for t in run.targets}, kernel_filters=kernel_filters,
@@ -509,7 +509,8 @@ def bless(*, arch: list[str] | None = None, kernel: list[str] | None = None, spe
           golden: Path | None = None, options: RunOptions = RunOptions(), lock_timeout: float = 30.0,
           progress: Progress = no_progress, record_stages: bool = False) -> BlessResult:
     """`xisa bless`: accept the current compile as the goldens of the selection (refused when CI is set).
-    `record_stages` (`--record-stages`): accept nothing; add stage fingerprints to unchanged cells' goldens."""
+    `record_stages` (`--record-stages`): accept nothing; add stage fingerprints and source-line tables to
+    unchanged cells' goldens."""
     from xisa.golden.bless import refuse_in_ci
 
     refuse_in_ci()

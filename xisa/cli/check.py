@@ -98,7 +98,8 @@ def bless(
     lock_timeout: LockTimeoutOption = 30.0,
     quiet: QuietOption = False,
     record_stages: Annotated[bool, typer.Option(
-        "--record-stages", help="Bless nothing: only add stage fingerprints to the goldens whose cell is unchanged "
+        "--record-stages", help="Bless nothing: only add stage fingerprints and source-line tables to the goldens "
+                                "whose cell is unchanged "
                                 "(changed, new and unused cells are listed and left as they are).")] = False,
 ) -> None:
     """Accept the current compile as the goldens of the selection (refused when CI is set)."""
@@ -116,7 +117,7 @@ def bless(
     if record_stages:
         if not quiet:
             for path in outcome.stages_recorded:
-                out.print(f"recorded stages in {path}")
+                out.print(f"recorded stages and source lines in {path}")
         for cell_id in outcome.left:
             out.print(f"left {cell_id}: its cell changed or has no golden (bless it without --record-stages)")
         out.print(f"{len(outcome.stages_recorded)} given stage fingerprints, {len(outcome.unchanged)} unchanged, "

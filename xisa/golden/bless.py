@@ -22,7 +22,7 @@ class BlessOutcome:
     removed: list[str] = field(default_factory=list)
     recovered: list[str] = field(default_factory=list)
     skipped_errors: list[str] = field(default_factory=list)
-    # `--record-stages`: goldens given stage fingerprints (their cell unchanged), and the cells it left
+    # `--record-stages`: goldens given stage fingerprints and source lines (their cell unchanged), and the cells it left
     # alone because they changed, are new, or their golden is unused (a plain bless would write them).
     stages_recorded: list[str] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
@@ -47,9 +47,10 @@ def bless(results: list[CellResult], *, golden_dir: Path, display_root: Path, to
     (`describe_toolchain(backends={backend})`): a golden records those and nothing about the command or
     the other targets blessed with it, so an unchanged cell is never rewritten.
 
-    A golden's stage fingerprints (`stages:`) do not make its cell changed: a golden that differs from the
-    compile in them alone is left as it is (an old golden without them too). `record_stages` writes them
-    into exactly those goldens and touches nothing else: no changed, new or unused cell is blessed."""
+    A golden's stage fingerprints (`stages:`) and source-line table (`lines:`) do not make its cell changed: a
+    golden that differs from the compile in them alone (a source line moved) is left as it is (an old golden
+    without them too). `record_stages` writes the current ones into exactly those goldens and touches nothing
+    else: no changed, new or unused cell is blessed."""
     refuse_in_ci()
     outcome = BlessOutcome()
 
@@ -97,7 +98,8 @@ def _bless_locked(results: list[CellResult], outcome: BlessOutcome, show, *, gol
                     # Byte for byte, the golden's own stage fingerprints (or their absence) kept: a golden in an
                     # older layout (with the bless command) is rewritten once.
                     kept, _ = render_golden(result, toolchain=toolchains[result.target], stream_file=stream_files,
-                                            stages=golden.data.get("stages") or {})
+                                            stages=golden.data.get("stages") or {},
+                                            lines=golden.data.get("lines") or [])
                     unchanged_cell = current == kept and (stream_text is not None) == stream_path.exists()
                 except (OSError, GoldenError):
                     pass

@@ -72,18 +72,24 @@ def _pending(yaml_path: Path) -> Path:
 
 
 def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file: bool,
-                  stages: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+                  stages: Mapping[str, str] | None = None,
+                  lines: list[Mapping[str, Any]] | None = None) -> tuple[str, str | None]:
     """The golden's text: a function of the cell's result and the toolchain facts of its backend only
     (`describe_toolchain(backends={backend})`), so re-blessing an unchanged cell changes no byte.
     `stages`: the stage fingerprints to write instead of the result's (`{}`: none, as a golden made
-    before xisa recorded them), so `bless` can tell whether a golden differs in anything else."""
+    before xisa recorded them), so `bless` can tell whether a golden differs in anything else; `lines` the same
+    for the source-line table (`[]`: none)."""
     analysis = result.analysis
     assert analysis is not None
     record = analysis.to_record()
     record.pop("stages", None)
+    record.pop("lines", None)
     stages = analysis.stages if stages is None else stages
     if stages:
         record["stages"] = dict(stages)
+    lines = analysis.lines if lines is None else lines
+    if lines:
+        record["lines"] = [dict(row) for row in lines]
     data = {
         "format": FORMAT, "toolchain": dict(toolchain),
         "kernel": result.kernel, "case": result.case, "target": result.target,
@@ -143,6 +149,11 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
             isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for k, v in stages.items())):
         raise GoldenError("not a mapping of stage names to SHA-256 fingerprints (hand-edited?)", path=display,
                           field="stages", fix="restore it from git, or delete the `stages:` block (it is optional)")
+    source_lines = data.get("lines")   # absent in goldens blessed before xisa recorded them
+    if source_lines is not None and not _valid_lines(source_lines, data["instructions"]):
+        raise GoldenError("not a list of source lines (loc, text, count, histogram) whose counts add up to "
+                          "`instructions` (hand-edited?)", path=display, field="lines",
+                          fix="restore it from git, or delete the `lines:` block (it is optional)")
     if sum(v for v in data["histogram"].values() if isinstance(v, int)) != data["instructions"]:
         raise GoldenError("histogram does not add up to `instructions` (hand-edited?)", path=display,
                           field="histogram", fix="restore it from git or re-bless")
@@ -160,6 +171,18 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
             raise GoldenError(f"stream file disagrees with the SHA-256 in {Path(display).name}", path=stream_display,
                               fix="restore both files from git or re-bless")
     return Golden(path=path, data=data, stream_text=stream_text)
+
+
+def _valid_lines(rows: Any, instructions: int) -> bool:
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    return isinstance(rows, list) and all(
+        isinstance(row, dict) and isinstance(row.get("loc"), str) and isinstance(row.get("text"), str)
+        and count(row.get("count")) and isinstance(row.get("histogram"), dict)
+        and all(isinstance(k, str) and count(v) for k, v in row["histogram"].items())
+        and sum(row["histogram"].values()) == row["count"] for row in rows
+    ) and sum(row["count"] for row in rows) == instructions
 
 
 _TOOLCHAIN_BLOCK = re.compile(r"^toolchain:\n((?:  [a-z_]+: .*\n)+)", re.MULTILINE)

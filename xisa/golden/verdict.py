@@ -13,6 +13,7 @@ from typing import Any
 from xisa.analyze import ANALYZER_VERSION
 from xisa.analyze.backends import COMPARED_RESOURCES, backend_of_isa
 from xisa.analyze.expect import Failure
+from xisa.analyze.lines import LineChange, line_changes
 from xisa.analyze.stages import StageAttribution
 from xisa.compile.result import CellResult
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, UsageError
@@ -113,6 +114,9 @@ class CellVerdict(NamedByCell):
     judged_by_scope: bool = False
     # A changed cell's two compiles stage by stage: where the change started (`stage_attribution`).
     stages: StageAttribution | None = None
+    # A changed cell's instruction changes by kernel source line, the largest first (`source_line_changes`);
+    # None where a side has no source-line table (a golden blessed before xisa recorded them).
+    lines: list[LineChange] | None = None
 
     @property
     def violates_isolation(self) -> bool:
@@ -151,6 +155,8 @@ class CellVerdict(NamedByCell):
             "base_stages": dict(base.get("stages") or {}) if base else None,
             "first_changed_stage": self.stages.first if self.stages else None,
             "stage_note": self.stages.phrase() if self.stages else None,
+            # the changed cell's instruction changes per source line, largest first; null: a side has no table
+            "line_changes": [c.to_json() for c in self.lines] if self.lines is not None else None,
         }
 
 
@@ -219,6 +225,16 @@ def stage_attribution(base: dict[str, Any], head_result: CellResult) -> StageAtt
     assert head is not None
     return StageAttribution(base=dict(base.get("stages") or {}), head=dict(head.stages),
                             order=backend_of_isa(head.isa).fingerprinted_stages)
+
+
+def source_line_changes(base: dict[str, Any], head_result: CellResult) -> list[LineChange] | None:
+    """A golden's (`base`, its data) and a compile's instruction changes by source line, the largest first;
+    None when either has no source-line table."""
+    head = head_result.analysis
+    assert head is not None
+    if not base.get("lines") or not head.lines:
+        return None
+    return line_changes(list(base["lines"]), list(head.lines))
 
 
 BINDING_SECTIONS = ("signature", "constexprs", "attrs")
@@ -300,6 +316,7 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                 if code_changed and not stream_changed:
                     verdict.message += ": the code bytes changed, the printed stream did not (inline-asm directives?)"
                 verdict.stages = stage_attribution(golden.data, result)
+                verdict.lines = source_line_changes(golden.data, result)
         if verdict.expectations:
             verdict.verdict = EXPECT_FAILED
             verdict.message = "; ".join(str(f) for f in verdict.expectations)

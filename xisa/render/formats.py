@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from xisa.analyze.backends import AMD, BACKENDS, NVIDIA, backend_of_isa
+from xisa.analyze.stages import RECORD_COMMAND
 from xisa.analyze.expect import Failure, measure
 from xisa.compile.result import CellResult
 from xisa.compile.toolchain import describe_toolchain
@@ -353,8 +354,52 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                     lines.append(f"- `{v.kernel}:{v.case}`: {first}")
                     if rest:
                         lines += ["", "  ```", *(f"  {line}" for line in rest), "  ```"]
+            lines += _markdown_line_table(rows)
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+# Source lines shown per changed target in markdown (a PR comment stays short: the rest is in the HTML report),
+# and per changed cell in text.
+MARKDOWN_LINE_ROWS = 3
+TEXT_LINE_ROWS = 10
+
+
+def _markdown_line_table(rows) -> list[str]:
+    """The largest source-line changes of a target's changed cells, as a short table."""
+    changes = [(v, c) for v in rows if v.lines for c in v.lines]
+    if not changes:
+        return []
+    changes.sort(key=lambda vc: (-vc[1].size, vc[1].loc, vc[0].id))
+    table = ["", "| source line | cell | instructions |", "|---|---|---|"]
+    for v, change in changes[:MARKDOWN_LINE_ROWS]:
+        text = f" `{_md_code(change.text)}`" if change.text else ""
+        table.append(f"| `{change.loc}`{text} | `{v.kernel}:{v.case}` | {_md_cell(change.summary())} |")
+    if len(changes) > MARKDOWN_LINE_ROWS:
+        table.append(f"| … {len(changes) - MARKDOWN_LINE_ROWS} more source lines (HTML report) | | |")
+    return table
+
+
+def _md_code(text: str, limit: int = 60) -> str:
+    text = text if len(text) <= limit else text[:limit - 1] + "…"
+    return text.replace("`", "'").replace("|", "\\|")
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def line_change_lines(v, limit: int = TEXT_LINE_ROWS) -> list[str]:
+    """A changed cell's changes by source line, largest first, one line each (text output)."""
+    if v.lines is None:
+        return [f"{v.id}: source lines unknown (a side has no source-line table; record it with `{RECORD_COMMAND}`)"]
+    if not v.lines:
+        return []
+    out = [f"{v.id}: by source line:"]
+    out += [f"  {change.describe()}" for change in v.lines[:limit]]
+    if len(v.lines) > limit:
+        out.append(f"  ... {len(v.lines) - limit} more source lines (--format json or the HTML report)")
+    return out
 
 
 def render_check_text(console: Console, report, *, counts: list[str], quiet: bool = False,
@@ -380,6 +425,9 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
                     console.print(Text(f"  binding {key}: {b} -> {h}"))
             if v.stages is not None:
                 console.print(Text(f"{v.id}: {v.stages.verdict_text()}"))
+            if v.stages is not None:   # a changed cell: where its instructions changed, by source line
+                for line in line_change_lines(v):
+                    console.print(Text(line))
     for v in report.verdicts:
         if v.message and v.verdict in (*_EXPLAINED, "new"):
             console.print(Text(error_block(f"{v.verdict}: {v.id}", v.message), style=_VERDICT_STYLE.get(v.verdict, "")))
