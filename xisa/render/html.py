@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from xisa.analyze.backends import RESOURCE_ORDER
+from xisa.analyze.lines import NO_LINE, split_loc
 from xisa.fsio import write_atomic
 from xisa.golden.verdict import (CANNOT_LAUNCH, CHANGED, ERROR, EXPECT_FAILED, NEW, SAME, UNUSED, CellVerdict,
                                  CheckReport)
@@ -315,7 +316,38 @@ def _left_out(v: CellVerdict) -> str:
             "cell's diff")
 
 
-def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, Any]:
+SOURCE_ROWS = 400             # per cell: the source lines shown beside its diff, the largest counts kept
+
+
+def source_table(v: CellVerdict, siblings: list[CellVerdict]) -> dict[str, Any] | None:
+    """A changed cell's kernel source lines (those the line information names) with their instruction counts on
+    every target of the same kernel case (`siblings`, this cell included), and this cell's change per line."""
+    if v.verdict != CHANGED or not (v.head and v.head.analysis and v.head.analysis.lines):
+        return None
+    targets = [s.target for s in siblings]
+    counts: dict[str, dict[str, int]] = {}
+    texts: dict[str, str] = {}
+    for sibling in siblings:
+        rows = sibling.head.analysis.lines if sibling.head and sibling.head.analysis else \
+            (sibling.base.data.get("lines") or [] if sibling.base else [])
+        for row in rows:
+            counts.setdefault(row["loc"], {})[sibling.target] = int(row["count"])
+            texts.setdefault(row["loc"], row["text"])
+    changes = {c.head_loc: c for c in v.lines or [] if c.head_loc}
+    removed = [c for c in v.lines or [] if not c.head_loc]
+    order = sorted(counts, key=lambda loc: (split_loc(loc)[0] == NO_LINE, split_loc(loc)))
+    if len(order) > SOURCE_ROWS:
+        keep = set(sorted(order, key=lambda loc: -counts[loc].get(v.target, 0))[:SOURCE_ROWS]) | set(changes)
+        order = [loc for loc in order if loc in keep]
+    rows = [[loc, texts[loc], [counts[loc].get(t) for t in targets],
+             changes[loc].delta if loc in changes else 0, changes[loc].summary() if loc in changes else ""]
+            for loc in order]
+    rows += [[c.base_loc, c.text, [None] * len(targets), c.delta, c.summary() + " (line gone)"] for c in removed]
+    return {"targets": targets, "this": v.target, "rows": rows, "known": v.lines is not None}
+
+
+def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None,
+               siblings: list[CellVerdict] | None = None) -> dict[str, Any]:
     base_n, head_n = _instructions(v)
     data: dict[str, Any] = {
         "id": v.id, "verdict": v.verdict, "in_scope": v.in_scope, "message": v.message, "golden": v.golden_file,
@@ -330,6 +362,7 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, A
         "histogram_kind": "delta" if v.delta is not None else ("head" if v.base is None else "base"),
         "binding": [[key, b, h] for key, b, h in v.delta.binding] if v.delta else [],
         "stages": v.stages.verdict_text() if v.stages is not None else None,   # where the change started
+        "source": source_table(v, siblings or [v]),   # per source line, every target; beside the diff
         "diff": None, "register_diff": None,
     }
     base_stream = v.base.stream_text if v.base else None
@@ -379,6 +412,9 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
     targets = sorted({v.target for v in verdicts})
     rows = sorted({(v.kernel, v.case) for v in verdicts})
     by_key = {(v.kernel, v.case, v.target): v for v in verdicts}
+    siblings: dict[tuple[str, str], list[CellVerdict]] = {}
+    for v in sorted(verdicts, key=lambda v: v.target):
+        siblings.setdefault((v.kernel, v.case), []).append(v)
     counts = report.counts()
     not_same = [v for v in verdicts if v.verdict != SAME]
     auto_open = {v.id for v in not_same} if len(not_same) <= AUTO_OPEN_LIMIT else set()
@@ -486,7 +522,7 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
               + (f" <span class=\"muted\">— {_e(v.message.splitlines()[0])}</span>"
                  if v.message and v.verdict != SAME else "")
               + f"</summary><div class=\"body\"></div>"
-              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v, budget))}</script>"
+              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v, budget, siblings[(v.kernel, v.case)]))}</script>"
               f"</details>\n")
         w("</details>\n")
 
@@ -541,6 +577,9 @@ border-bottom:1px solid #eee;text-align:right}.res td:first-child,.hist td:first
 .res tr.moved td{background:#fff3c4;font-weight:600}.up{color:#b00000}.down{color:#176317}
 .bar{display:block;height:7px;margin:1px 0}.bar.base{background:#9aa7b8}.bar.head{background:#e08a1e}
 .hist td.bars{width:260px;text-align:left}
+.side-by-side{display:flex;gap:1em;align-items:flex-start}.side-by-side>*{flex:1 1 0;min-width:0}
+.source-lines td.code{font-family:ui-monospace,monospace;white-space:pre-wrap}.source-lines .this{font-weight:bold}
+.source-lines tr.up td{background:#ccf5d3}.source-lines tr.down td{background:#ffd7d5}
 table.diff{border-collapse:collapse;width:100%;table-layout:fixed;margin-top:.4em}
 .diff td{padding:0 6px;white-space:pre-wrap;word-break:break-all;vertical-align:top}
 .diff col.no{width:3.5em}.diff td.no{color:#999;text-align:right;user-select:none}
@@ -635,9 +674,24 @@ function render(d){
   if(data.binding.length)cols.appendChild(renderBinding(data));
   if(data.verdict!=="same"&&(data.histogram.length||data.histogram_kind==="delta"))cols.appendChild(renderHistogram(data));
   body.appendChild(cols);
-  if(data.diff)body.appendChild(renderDiffs(data));
-  else if(data.diff_note)body.appendChild(el("p","muted",data.diff_note));
+  var side=el("div","side-by-side");
+  if(data.source)side.appendChild(renderSource(data.source));
+  if(data.diff)side.appendChild(renderDiffs(data));
+  else if(data.diff_note)side.appendChild(el("p","muted",data.diff_note));
+  body.appendChild(side);
 }
+function renderSource(src){
+  var wrap=el("div","source");
+  wrap.appendChild(el("div","muted","kernel source: instructions per line on each target"+
+    (src.known?" (change on "+src.this+")":" (the golden has no source-line table)")));
+  var t=el("table","res source-lines");var h=t.insertRow();
+  ["line","source"].concat(src.targets).concat(["change"]).forEach(function(x){var th=el("th",null,x);
+    if(x===src.this)th.className="this";h.appendChild(th);});
+  src.rows.forEach(function(r){var tr=t.insertRow();if(r[3])tr.className=r[3]>0?"up":"down";
+    tr.appendChild(el("td","no",r[0]));tr.appendChild(el("td","code",r[1]));
+    r[2].forEach(function(n,i){var td=el("td","num"+(src.targets[i]===src.this?" this":""),n===null?"·":String(n));tr.appendChild(td);});
+    tr.appendChild(el("td",null,r[3]?((r[3]>0?"+":"")+r[3]+": "+r[4]):(r[4]||"")));});
+  wrap.appendChild(t);return wrap;}
 var details=Array.prototype.slice.call(document.querySelectorAll("details.cell-detail"));
 details.forEach(function(d){d.addEventListener("toggle",function(){if(d.open)render(d);});if(d.open)render(d);});
 function openCell(id,scroll){

@@ -1,0 +1,180 @@
+"""Source-line attribution end to end on tinyproj, on an AMD and an NVIDIA target: a moved line changes neither
+the fingerprint nor the verdict nor a golden; an edit at a known line is reported at exactly that line; every
+table adds up to its cell's instructions; lines of a called @triton.jit helper are the helper's; goldens
+without a table still check, and `bless --record-stages` adds it to unchanged cells only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import copy_tinyproj, write_files
+from xisa.analyze.lines import NO_LINE
+from xisa.golden.store import golden_paths, list_goldens
+from xisa.yamlio import dump_yaml
+
+ARCHS = ("gfx942", "sm_90")           # one target per vendor keeps the compiles short
+SELECT = ("--arch", ARCHS[0], "--arch", ARCHS[1], "--kernel", "scale:small")
+EDITED = "        y = x * factor\n"   # line 13 of kernels/scale.py: the path both targets compile
+
+
+def _cells(out) -> dict[str, dict]:
+    cells = {f"{c['kernel']}:{c['case']}@{c['target']}": c for c in json.loads(out.out)["cells"]}
+    for cell in cells.values():   # every cell compiled in these tests: its table adds up to its instructions
+        rows = cell.get("lines")
+        if rows is not None and cell.get("instructions") is not None:
+            assert sum(r["count"] for r in rows) == cell["instructions"], cell
+            assert all(sum(r["histogram"].values()) == r["count"] for r in rows)
+    return cells
+
+
+def _goldens(project: Path) -> dict[Path, bytes]:
+    folder = project / "golden"
+    return {path: path.read_bytes() for key in list_goldens(folder)
+            for path in golden_paths(folder, *key) if path.exists()}
+
+
+def _insert_above(project: Path, text: str = "\n# a comment and a blank line moved every line below\n") -> None:
+    source = project / "kernels" / "scale.py"
+    body = source.read_text()
+    source.write_text(body.replace("\n\n@triton.jit\ndef scale_kernel", f"\n{text}\n@triton.jit\ndef scale_kernel", 1))
+
+
+def _line_of(project: Path, text: str) -> int:
+    lines = (project / "kernels" / "scale.py").read_text().splitlines()
+    return lines.index(text.rstrip("\n")) + 1
+
+
+@pytest.fixture
+def project(run_xisa, tmp_path) -> Path:
+    tinyproj = copy_tinyproj(tmp_path / "tinyproj")
+    spec = tinyproj / "kernels" / "scale.yaml"
+    spec.write_text(spec.read_text().replace("targets: [gfx1100, gfx1201, gfx942]",
+                                             "targets: [gfx1100, gfx1201, gfx942, sm_90]"))
+    out = run_xisa("bless", *SELECT, cwd=tinyproj)
+    assert out.code == 0, out.err
+    return tinyproj
+
+
+def test_goldens_keep_the_table_with_project_relative_paths_and_line_texts(project):
+    assert _line_of(project, EDITED) == 13
+    for arch in ARCHS:
+        yaml_path, _ = golden_paths(project / "golden", "scale", "small", arch)
+        text = yaml_path.read_text()
+        assert str(project) not in text and "/tmp" not in text
+        golden = yaml.safe_load(text)
+        rows = {r["loc"]: r for r in golden["lines"]}
+        assert sum(r["count"] for r in golden["lines"]) == golden["instructions"]
+        assert rows["kernels/scale.py:13"]["text"] == EDITED.strip()
+        assert all(loc == NO_LINE or loc.startswith("kernels/scale.py:") for loc in rows)
+
+
+def test_a_moved_line_keeps_fingerprint_verdict_and_golden_bytes(run_xisa, project):
+    before = _goldens(project)
+    base = _cells(run_xisa("compile", *SELECT, "--json", cwd=project))
+    _insert_above(project)
+    check = run_xisa("check", *SELECT, "--format", "json", cwd=project)
+    assert check.code == 0, check.out
+    cells = _cells(check)
+    assert {c["verdict"] for c in cells.values()} == {"same"}
+    head = _cells(run_xisa("compile", *SELECT, "--json", cwd=project))
+    for cell_id, cell in head.items():
+        assert cell["sha256"] == base[cell_id]["sha256"]
+        assert [r["text"] for r in cell["lines"]] == [r["text"] for r in base[cell_id]["lines"]]
+        assert [r["loc"] for r in cell["lines"]] != [r["loc"] for r in base[cell_id]["lines"]]   # the table moved
+    blessed = run_xisa("bless", *SELECT, cwd=project)
+    assert blessed.code == 0 and "0 written" in blessed.out
+    assert _goldens(project) == before
+
+
+def test_an_edit_at_a_known_line_is_attributed_to_that_line_on_amd_and_nvidia(run_xisa, project):
+    _insert_above(project)                  # the edit also moves: matched by its text, not by its number
+    source = project / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace(EDITED, "        y = x * factor - 1.0\n"))
+    edited_at = _line_of(project, "        y = x * factor - 1.0")
+    assert edited_at == 16
+    check = run_xisa("check", *SELECT, "--format", "json", cwd=project)
+    assert check.code == 1
+    cells = _cells(check)
+    for arch in ARCHS:
+        cell = cells[f"scale:small@{arch}"]
+        assert cell["verdict"] == "changed"
+        first, *rest = cell["line_changes"]
+        assert (first["head_loc"], first["base_loc"]) == (f"kernels/scale.py:{edited_at}", "kernels/scale.py:13")
+        assert first["text"] == "y = x * factor - 1.0" and first["head"] > first["base"]
+        # every other line that still has instructions is paired with itself: none shows as -N/+N
+        assert all(c["base_loc"] and c["head_loc"] for c in rest), rest
+    text = run_xisa("check", *SELECT, cwd=project)
+    for arch in ARCHS:
+        assert f"scale:small@{arch}: by source line:" in text.out
+    assert f"kernels/scale.py:{edited_at} (was :13) `y = x * factor - 1.0`: +" in text.out
+    markdown = run_xisa("check", *SELECT, "--format", "markdown", cwd=project)
+    assert f"| `kernels/scale.py:{edited_at}` `y = x * factor - 1.0` | `scale:small` |" in markdown.out
+
+
+def test_lines_of_a_called_jit_helper_are_the_helpers(run_xisa, project):
+    write_files(project / "kernels", {
+        "calls.py": "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef twice_plus_one(x):\n"
+                    "    return x * 2.0 + 1.0\n\n\n@triton.jit\ndef calls_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):\n"
+                    "    offsets = tl.arange(0, BLOCK)\n    x = tl.load(x_ptr + offsets)\n"
+                    "    tl.store(y_ptr + offsets, twice_plus_one(x))\n",
+        "calls.yaml": "name: calls\nsource: calls.py\nfunction: calls_kernel\ntargets: [gfx942, sm_90]\n"
+                      "cases:\n  - name: c\n    args: {x_ptr: '*fp32', y_ptr: '*fp32'}\n"
+                      "    constexprs: {BLOCK: 256}\n",
+    })
+    cells = _cells(run_xisa("compile", "--arch", ARCHS[0], "--arch", ARCHS[1], "--kernel", "calls", "--json",
+                            cwd=project))
+    for arch in ARCHS:
+        rows = {r["loc"]: r for r in cells[f"calls:c@{arch}"]["lines"]}
+        assert rows["kernels/calls.py:7"]["text"] == "return x * 2.0 + 1.0"
+        assert rows["kernels/calls.py:7"]["count"] > 0
+
+
+def test_a_golden_without_the_table_checks_is_not_rewritten_and_record_stages_adds_it(run_xisa, project):
+    for key in list_goldens(project / "golden"):
+        yaml_path, _ = golden_paths(project / "golden", *key)
+        data = yaml.safe_load(yaml_path.read_text())
+        del data["lines"]
+        yaml_path.write_text(dump_yaml(data))
+    without = _goldens(project)
+    check = run_xisa("check", *SELECT, cwd=project)
+    assert check.code == 0, check.out + check.err
+    blessed = run_xisa("bless", *SELECT, cwd=project)
+    assert blessed.code == 0 and "0 written" in blessed.out and _goldens(project) == without
+    source = project / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace(EDITED, "        y = x * factor - 1.0\n"))
+    changed = run_xisa("check", *SELECT, "--format", "json", cwd=project)
+    assert changed.code == 1 and not changed.err.strip()
+    assert {c["line_changes"] is None for c in _cells(changed).values()} == {True}
+    text = run_xisa("check", *SELECT, cwd=project)
+    assert "scale:small@gfx942: source lines unknown (a side has no source-line table; record it with " \
+           "`xisa bless --record-stages`)" in text.out
+    source.write_text(source.read_text().replace("        y = x * factor - 1.0\n", EDITED))
+    recorded = run_xisa("bless", "--record-stages", *SELECT, cwd=project)
+    assert recorded.code == 0, recorded.err
+    for key in list_goldens(project / "golden"):
+        yaml_path, _ = golden_paths(project / "golden", *key)
+        assert yaml.safe_load(yaml_path.read_text())["lines"]
+
+
+def test_a_hand_broken_table_is_a_golden_error_naming_the_field(run_xisa, project):
+    yaml_path, _ = golden_paths(project / "golden", "scale", "small", "gfx942")
+    data = yaml.safe_load(yaml_path.read_text())
+    data["lines"][0]["count"] += 1
+    data["lines"][0]["histogram"][next(iter(data["lines"][0]["histogram"]))] += 1
+    yaml_path.write_text(dump_yaml(data))
+    check = run_xisa("check", *SELECT, cwd=project)
+    assert check.code == 2 and "lines" in check.out + check.err and "add up" in check.out + check.err
+
+
+def test_moving_the_checkout_changes_no_golden(run_xisa, project, tmp_path):
+    moved = tmp_path / "elsewhere" / "deeper"
+    shutil.copytree(project, moved)
+    before = _goldens(moved)
+    assert run_xisa("check", *SELECT, cwd=moved).code == 0
+    blessed = run_xisa("bless", *SELECT, cwd=moved)
+    assert blessed.code == 0 and "0 written" in blessed.out and _goldens(moved) == before
