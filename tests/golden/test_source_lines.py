@@ -6,6 +6,7 @@ without a table still check, and `bless --record-stages` adds it to unchanged ce
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -114,6 +115,18 @@ def test_an_edit_at_a_known_line_is_attributed_to_that_line_on_amd_and_nvidia(ru
     assert f"kernels/scale.py:{edited_at} (was :13) `y = x * factor - 1.0`: " in text.out
     markdown = run_xisa("check", *SELECT, "--format", "markdown", cwd=project)
     assert f"| `kernels/scale.py:{edited_at}` `y = x * factor - 1.0` | `scale:small` |" in markdown.out
+    page = project / "report.html"
+    assert run_xisa("report", "--html", str(page), *SELECT, cwd=project).code == 1
+    blobs = {b["id"]: b for b in (json.loads(x) for x in re.findall(r'class="cell-data">(.*?)</script>',
+                                                                     page.read_text()))}
+    for arch in ARCHS:   # the kernel's lines with their counts on both targets, the edited one marked
+        source = blobs[f"scale:small@{arch}"]["source"]
+        assert source["targets"] == list(ARCHS) and source["this"] == arch and blobs[f"scale:small@{arch}"]["diff"]
+        rows = {row[0]: row for row in source["rows"]}
+        edited = rows[f"kernels/scale.py:{edited_at}"]
+        assert edited[1] == "y = x * factor - 1.0" and all(n for n in edited[2]) and edited[4]
+        assert sum(row[2][ARCHS.index(arch)] or 0 for row in source["rows"]) == cells[f"scale:small@{arch}"][
+            "head_instructions"]
 
 
 def test_lines_of_a_called_jit_helper_are_the_helpers(run_xisa, project):
@@ -178,3 +191,16 @@ def test_moving_the_checkout_changes_no_golden(run_xisa, project, tmp_path):
     assert run_xisa("check", *SELECT, cwd=moved).code == 0
     blessed = run_xisa("bless", *SELECT, cwd=moved)
     assert blessed.code == 0 and "0 written" in blessed.out and _goldens(moved) == before
+
+
+def test_ab_reports_by_source_line(run_xisa, project):
+    source = project / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace(EDITED, "        y = x * factor - 1.0\n"))
+    ab = run_xisa("ab", "--a-golden", "--b-env", "TRITON_DEFAULT_FP_FUSION=0", *SELECT, "--format", "json",
+                  cwd=project)
+    assert ab.code == 1, ab.err
+    for arch in ARCHS:
+        cell = _cells(ab)[f"scale:small@{arch}"]
+        assert cell["verdict"] == "changed"
+        assert cell["line_changes"][0]["loc"] == "kernels/scale.py:13"
+        assert cell["line_changes"][0]["text"] == "y = x * factor - 1.0"
