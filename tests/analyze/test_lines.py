@@ -17,6 +17,7 @@ AMDGCN = """\
 \t.file\t0 "/home/u/proj" "kernels/k.py" md5 0x0123456789abcdef0123456789abcdef
 \t.file\t1 "/home/u/proj/kernels" "k.py"
 \t.file\t2 "/home/u/proj/kernels" "helpers.py"
+\t.file\t3 "/home/u/venv/lib/python3.11/site-packages/triton/language" "standard.py"
 \t.globl\tk
 \t.type\tk,@function
 k:
@@ -28,6 +29,10 @@ k:
 \tv_add_f32_e32 v0, v0, v1
 .LBB0_1:
 \tv_mul_f32_e32 v0, v0, v1
+\t.loc\t3 293 12                 ; standard.py:293:12 @[ standard.py:191:9 @[ k.py:20:7 ] ]
+\tv_max_f32_e32 v0, v0, v1
+\t.loc\t3 43 12                  ; standard.py:43:12
+\tv_sub_f32_e32 v0, v0, v1
 \t.loc\t0 3 1
 \ts_endpgm
 .Lfunc_end0:
@@ -42,8 +47,12 @@ def _locs(stream):
 
 def test_amdgcn_loc_follows_the_file_table_md5_form_included_and_line_0_is_no_line():
     _, stream = amdgcn.parse_stream(AMDGCN)
+    standard = "/home/u/venv/lib/python3.11/site-packages/triton/language/standard.py"
     assert _locs(stream) == ["/home/u/proj/kernels/k.py:11", "", "/home/u/proj/kernels/helpers.py:7",
-                             "/home/u/proj/kernels/helpers.py:7", "/home/u/proj/kernels/k.py:3"]
+                             "/home/u/proj/kernels/helpers.py:7",
+                             "/home/u/proj/kernels/k.py:20",    # tl.max inlined at the kernel's line 20
+                             f"{standard}:43",                  # no caller named: the library line itself
+                             "/home/u/proj/kernels/k.py:3"]
 
 
 def test_amdgcn_line_information_is_outside_the_fingerprint():
@@ -75,18 +84,23 @@ k:
 \t//## File "/home/u/proj/kernels/k.py", line 15
         /*0010*/                   FFMA R7, R0, R9, 1 ;
         /*0020*/                   FFMA R9, R6, R9, 1 ;
+\t//## File "/v/site-packages/triton/language/standard.py", line 263 inlined at "/v/site-packages/triton/language/standard.py", line 293
+\t//## File "/v/site-packages/triton/language/standard.py", line 293 inlined at "/home/u/proj/kernels/k.py", line 105
+\t//## File "/home/u/proj/kernels/k.py", line 105
+        /*0030*/                   FADD R48, R89, R86 ;
 \t//## File "/home/u/proj/kernels/k.py", line 0
-        /*0030*/                   EXIT ;
+        /*0040*/                   EXIT ;
 .L_x_0:
-        /*0040*/                   BRA `(.L_x_0) ;
-        /*0050*/                   NOP ;
+        /*0050*/                   BRA `(.L_x_0) ;
+        /*0060*/                   NOP ;
 """
 
 
 def test_sass_loc_from_nvdisasm_line_comments_innermost_first_and_dropped_from_the_stream():
     stream = sass.parse_stream(NVDISASM)
     helper = "/home/u/proj/kernels/helpers.py:7"
-    assert _locs(stream) == ["/home/u/proj/kernels/k.py:11", helper, helper, "", ""]
+    # a tl.sum inlined twice into the kernel's line 105 is that line's
+    assert _locs(stream) == ["/home/u/proj/kernels/k.py:11", helper, helper, "/home/u/proj/kernels/k.py:105", "", ""]
     no_comments = "\n".join(line for line in NVDISASM.splitlines() if "//##" not in line) + "\n"
     assert sass.parse_stream(no_comments).sha256() == stream.sha256()
     assert all(ins.loc == "" for ins in sass.parse_stream(no_comments).instructions())
@@ -100,6 +114,7 @@ def test_the_table_adds_up_with_one_explicit_no_line_row():
     assert total(rows) == sum(1 for _ in stream.instructions())
     assert rows[-1]["loc"] == NO_LINE and rows[-1]["count"] == 1
     assert {r["loc"]: r["count"] for r in rows}["/home/u/proj/kernels/helpers.py:7"] == 2
+    assert total(rows) == 7
 
 
 def test_resolve_makes_paths_relative_merges_and_reads_texts():

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from xisa.analyze.codeobject import code_sha256
-from xisa.analyze.lines import count_by_line
+from xisa.analyze.lines import attributed_location, count_by_line
 from xisa.analyze.model import Analysis, Block, Function, Instruction, Stream, histograms
 from xisa.errors import ParseError
 
@@ -274,6 +274,10 @@ _FILE_DIRECTIVE = re.compile(r'^\.file\s+(\d+)\s+"((?:[^"\\]|\\.)*)"(?:\s+"((?:[
 _LOC_DIRECTIVE = re.compile(r"^\.loc\s+(\d+)\s+(\d+)\b")
 
 
+# LLVM's comment after a `.loc` names the inlining chain: `; standard.py:43:12 @[ decode.py:60:25 @[ ... ] ]`.
+_INLINED_AT = re.compile(r"([^\s\[\]@;]+):(\d+):\d+")
+
+
 def source_files(lines: list[str]) -> dict[str, str]:
     """The `.file` table: number -> path as LLVM wrote it (directory and name joined, unless the name is absolute)."""
     files: dict[str, str] = {}
@@ -287,13 +291,21 @@ def source_files(lines: list[str]) -> dict[str, str]:
     return files
 
 
-def source_location(text: str, files: dict[str, str]) -> str | None:
-    """`FILE:LINE` a `.loc` directive sets ("" for line 0 or an unknown file), None when `text` is no `.loc`."""
+def source_location(text: str, files: dict[str, str], comment: str = "") -> str | None:
+    """`FILE:LINE` a `.loc` directive sets ("" for line 0 or an unknown file), None when `text` is no `.loc`.
+    `comment`, LLVM's comment on that line, gives the lines it was inlined at (`lines.attributed_location`)."""
     match = _LOC_DIRECTIVE.match(text)
     if match is None:
         return None
     number, line = match.group(1), int(match.group(2))
-    return f"{files[number]}:{line}" if line and number in files else ""
+    if not line or number not in files:
+        return ""
+    frames = [(files[number], line)]
+    _, inlined, chain = comment.partition("@[")
+    if inlined:   # the callers, named as the `.file` table names its files (by name)
+        by_name = {path.rsplit("/", 1)[-1]: path for path in files.values()}
+        frames += [(by_name.get(name, name), int(at)) for name, at in _INLINED_AT.findall(chain)]
+    return attributed_location(frames)
 
 
 def _parse_function(lines: list[str], name: str, opaque: set[str],
@@ -330,7 +342,7 @@ def _parse_function(lines: list[str], name: str, opaque: set[str],
                 continue
         if text.startswith("."):
             if not from_asm:
-                where = source_location(text, files)
+                where = source_location(text, files, lines[index].partition(";")[2])
                 if where is not None:
                     loc = where
                 continue  # LLVM's own directives: .loc, .file, .cfi_*, .p2align, .section ...

@@ -194,9 +194,9 @@ NVIDIA = Backend(
     fingerprinted_stages=("ttir", "ttgir", "llir", "ptx", "sass"),   # a cubin's code is its SASS
     assembly="sass", binary="cubin",
     binary_tool=("cuobjdump", "--dump-resource-usage"),
-    # Triton's `asm["sass"]` (cuobjdump -sass) has no line information; nvdisasm -g prints the same code with
-    # `//## File "...", line N` comments (the source lines; dropped from the stream like every comment).
-    assembly_tool=("nvdisasm", "-c", "-g"), tools=("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm"),
+    # Triton's `asm["sass"]` (cuobjdump -sass) has no line information; nvdisasm -gi prints the same code with
+    # `//## File "...", line N [inlined at ...]` comments (the source lines; dropped from the stream like every comment).
+    assembly_tool=("nvdisasm", "-c", "-gi"), tools=("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm"),
     base_mnemonic=sass.base_mnemonic,
     resources=("registers", "stack_bytes", "local_bytes", "lds_bytes", "occupancy", "llvm_occupancy"),
     # AMD's scratch (private segment: spills and stack) is NVIDIA's per-thread stack plus local memory.

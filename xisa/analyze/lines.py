@@ -17,6 +17,7 @@ Pure: a stream or rows in, rows or changes out; reading the source files is the 
 from __future__ import annotations
 
 import difflib
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,22 @@ from xisa.analyze.model import Stream
 NO_LINE = "(no line)"
 
 Row = dict[str, Any]
+
+# Triton's own @jit library (`tl.sum`, `tl.max`, `tl.cdiv`: triton/language/standard.py ...): an instruction the
+# line information places there is attributed to the kernel line that called it, the innermost frame of its
+# inlining chain outside the library, so each `tl.sum` of a kernel is its own row. A kernel's own @jit helpers
+# keep their lines.
+_TRITON_LIBRARY = re.compile(r"(?:^|/)triton/language/")
+
+
+def attributed_location(frames: list[tuple[str, int]]) -> str:
+    """`FILE:LINE` of an instruction whose inlining chain is `frames` (innermost first; line 0: no line): the
+    innermost frame outside Triton's library (the innermost frame when all are), or "" for none."""
+    frames = [(path, line) for path, line in frames if line]
+    if not frames:
+        return ""
+    path, line = next((f for f in frames if not _TRITON_LIBRARY.search(f[0])), frames[0])
+    return f"{path}:{line}"
 
 
 def split_loc(loc: str) -> tuple[str, int]:

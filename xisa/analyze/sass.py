@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from xisa.analyze.lines import count_by_line
+from xisa.analyze.lines import attributed_location, count_by_line
 from xisa.analyze.model import Analysis, Block, Instruction, Stream, histograms
 from xisa.errors import ParseError
 
@@ -120,10 +120,12 @@ class _Raw:
         self.mnemonic, self.operands, self.line, self.index, self.loc = mnemonic, operands, line, index, loc
 
 
-# nvdisasm's line information (`-g`, from the cubin's .debug_line): `//## File "/path/k.py", line 12` before the
-# instructions of that line (with `-gi`, an inlined line adds ` inlined at "...", line 30`: the first location
-# is the instruction's own). Line 0 means no source line. A comment: dropped from the stream by rule line-comment.
-_LINE_INFO = re.compile(r'^\s*//## File "((?:[^"\\]|\\.)*)", line (\d+)')
+# nvdisasm's line information (`-gi`, from the cubin's .debug_line): `//## File "/path/k.py", line 12` before the
+# instructions of that line, an inlined one with ` inlined at "...", line 30` and its caller's on the next line
+# (`lines.attributed_location` picks the frame). Line 0 means no source line. Comments: dropped from the stream
+# by rule line-comment.
+_LINE_INFO = re.compile(r'^\s*//## File "')
+_LINE_FRAME = re.compile(r'"((?:[^"\\]|\\.)*)", line (\d+)')
 
 
 def _scan(sass: str) -> tuple[list[_Raw], dict[str, int]]:
@@ -131,15 +133,16 @@ def _scan(sass: str) -> tuple[list[_Raw], dict[str, int]]:
     instructions: list[_Raw] = []
     labels: dict[str, int] = {}
     functions: list[str] = []
-    loc, after_line_info = "", False
+    loc, frames = "", []
     for number, raw in enumerate(sass.splitlines(), start=1):
-        line_info = _LINE_INFO.match(raw)
-        if line_info:
-            if not after_line_info:   # `-gi`: the lines it was inlined at follow; the first is the instruction's
-                loc = f"{line_info.group(1)}:{line_info.group(2)}" if int(line_info.group(2)) else ""
-            after_line_info = True
+        if _LINE_INFO.match(raw):
+            # `-gi`: a run of lines, each `"A", line 7 inlined at "B", line 15`, then B's own: one chain
+            for path, line in _LINE_FRAME.findall(raw):
+                if not frames or frames[-1] != (path, int(line)):
+                    frames.append((path, int(line)))
             continue
-        after_line_info = False
+        if frames:
+            loc, frames = attributed_location(frames), []
         text = _normalize_line(raw)
         if not text:
             continue

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import sysconfig
 import time
 import traceback
 import warnings
@@ -73,29 +75,34 @@ def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -
                                num_warps=int(getattr(options, "num_warps", 4)), target=target, rules=target.normalize)
     analysis.stages = stage_fingerprints(handler, compiled.asm, analysis,
                                          kernel=getattr(compiled.metadata, "name", None))
-    sources = _SourceFiles(roots)
+    sources = SourceFiles(roots)
     analysis.lines = lines.resolve(analysis.lines, path_of=sources.path_of, text_of=sources.text_of)
     return analysis
 
 
-class _SourceFiles:
+class SourceFiles:
     """Where the line information's absolute paths are shown from, and the text of their lines.
 
-    A path inside the project is shown relative to its root (the shortest kernel root holding it), one in an
-    installed package relative to its `sys.path` folder (`liger_kernel/ops/softmax.py`), anything else by its
-    name: never an absolute path, so moving the checkout or the virtual environment changes no table."""
+    A file of an installed package (under a site-packages folder, a virtual environment inside the checkout
+    included) is shown relative to that folder (`triton/language/standard.py`, `liger_kernel/ops/softmax.py`),
+    a project file relative to the project root (the shortest kernel root holding it), one elsewhere on
+    `sys.path` relative to that folder, anything else by its name: never an absolute path, so moving the
+    checkout or the virtual environment, or another Python version, changes no table."""
 
     def __init__(self, roots):
         self.roots = sorted((Path(r) for r in roots), key=lambda r: len(r.parts))
+        entries = [Path(p) for p in sys.path if p and os.path.isabs(p)]
+        packages = {Path(p) for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
+        packages |= {p for p in entries if p.name in ("site-packages", "dist-packages")}
+        self.folders = [*sorted(packages, key=lambda p: -len(p.parts)), *self.roots,
+                        *sorted(entries, key=lambda p: -len(p.parts))]
         self.texts: dict[str, list[str]] = {}
 
     def path_of(self, path: str) -> str:
         file = Path(path)
         if not file.is_absolute():
             return file.as_posix()
-        folders = [*self.roots, *sorted((Path(p) for p in sys.path if p and Path(p).is_absolute()),
-                                        key=lambda p: -len(p.parts))]
-        for folder in folders:
+        for folder in self.folders:
             if file.is_relative_to(folder):
                 return file.relative_to(folder).as_posix()
         return file.name
