@@ -579,7 +579,8 @@ border-bottom:1px solid #eee;text-align:right}.res td:first-child,.hist td:first
 .hist td.bars{width:260px;text-align:left}
 .side-by-side{display:flex;gap:1em;align-items:flex-start}.side-by-side>*{flex:1 1 0;min-width:0}
 .source-lines td.code{font-family:ui-monospace,monospace;white-space:pre-wrap}.source-lines .this{font-weight:bold}
-.source-lines tr.up td{background:#ccf5d3}.source-lines tr.down td{background:#ffd7d5}
+.source-lines td.code,.source-lines td.no,.source-lines td.what{text-align:left}
+.source-lines tr.chg td{background:#fff3c4}
 table.diff{border-collapse:collapse;width:100%;table-layout:fixed;margin-top:.4em}
 .diff td{padding:0 6px;white-space:pre-wrap;word-break:break-all;vertical-align:top}
 .diff col.no{width:3.5em}.diff td.no{color:#999;text-align:right;user-select:none}
@@ -687,10 +688,10 @@ function renderSource(src){
   var t=el("table","res source-lines");var h=t.insertRow();
   ["line","source"].concat(src.targets).concat(["change"]).forEach(function(x){var th=el("th",null,x);
     if(x===src.this)th.className="this";h.appendChild(th);});
-  src.rows.forEach(function(r){var tr=t.insertRow();if(r[3])tr.className=r[3]>0?"up":"down";
+  src.rows.forEach(function(r){var tr=t.insertRow();if(r[4])tr.className="chg";
     tr.appendChild(el("td","no",r[0]));tr.appendChild(el("td","code",r[1]));
     r[2].forEach(function(n,i){var td=el("td","num"+(src.targets[i]===src.this?" this":""),n===null?"·":String(n));tr.appendChild(td);});
-    tr.appendChild(el("td",null,r[3]?((r[3]>0?"+":"")+r[3]+": "+r[4]):(r[4]||"")));});
+    tr.appendChild(el("td","what",r[3]?((r[3]>0?"+":"")+r[3]+": "+r[4]):(r[4]||"")));});
   wrap.appendChild(t);return wrap;}
 var details=Array.prototype.slice.call(document.querySelectorAll("details.cell-detail"));
 details.forEach(function(d){d.addEventListener("toggle",function(){if(d.open)render(d);});if(d.open)render(d);});
