@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 import time
 import traceback
 import warnings
@@ -92,8 +91,7 @@ class SourceFiles:
     def __init__(self, roots):
         self.roots = sorted((Path(r) for r in roots), key=lambda r: len(r.parts))
         entries = [Path(p) for p in sys.path if p and os.path.isabs(p)]
-        packages = {Path(p) for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
-        packages |= {p for p in entries if p.name in ("site-packages", "dist-packages")}
+        packages = {p for p in entries if p.name in ("site-packages", "dist-packages")}
         self.folders = [*sorted(packages, key=lambda p: -len(p.parts)), *self.roots,
                         *sorted(entries, key=lambda p: -len(p.parts))]
         self.texts: dict[str, list[str]] = {}
