@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_tinyproj, write_files
+from conftest import copy_tinyproj, git, write_files
 from xisa.analyze.lines import NO_LINE
 from xisa.golden.store import golden_paths, list_goldens
 from xisa.yamlio import dump_yaml
@@ -204,3 +204,21 @@ def test_ab_reports_by_source_line(run_xisa, project):
         assert cell["verdict"] == "changed"
         assert cell["line_changes"][0]["loc"] == "kernels/scale.py:13"
         assert cell["line_changes"][0]["text"] == "y = x * factor - 1.0"
+
+
+def test_the_pr_gate_comment_names_the_edited_line(run_xisa, project):
+    # the gate judges every cell: keep only the two this file blesses
+    (project / "kernels" / "dot.yaml").unlink()
+    spec = project / "kernels" / "scale.yaml"
+    spec.write_text(spec.read_text().replace("targets: [gfx1100, gfx1201, gfx942, sm_90]", "targets: [gfx942, sm_90]")
+                    .split("  - name: big")[0])
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "kernel and goldens")
+    _insert_above(project)
+    source = project / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace(EDITED, "        y = x * factor - 1.0\n"))
+    gate = run_xisa("diff", "--base", "main", "--scope", "sm_90", cwd=project)
+    assert gate.code == 1, gate.out + gate.err           # gfx942 changed outside the scope
+    assert "| `kernels/scale.py:15` `y = x * factor - 1.0` | `scale:small` |" in gate.out
+    assert gate.out.count("| source line | cell | instructions |") == 2   # one short table per changed target
