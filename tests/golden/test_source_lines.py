@@ -174,14 +174,22 @@ def test_a_golden_without_the_table_checks_is_not_rewritten_and_record_stages_ad
         assert yaml.safe_load(yaml_path.read_text())["lines"]
 
 
-def test_a_hand_broken_table_is_a_golden_error_naming_the_field(run_xisa, project):
+def test_a_hand_broken_table_is_a_golden_error_and_one_that_no_longer_adds_up_is_unknown(run_xisa, project):
     yaml_path, _ = golden_paths(project / "golden", "scale", "small", "gfx942")
     data = yaml.safe_load(yaml_path.read_text())
-    data["lines"][0]["count"] += 1
-    data["lines"][0]["histogram"][next(iter(data["lines"][0]["histogram"]))] += 1
+    data["lines"][0]["count"] += 1                       # its histogram no longer adds up to it
     yaml_path.write_text(dump_yaml(data))
-    check = run_xisa("check", *SELECT, cwd=project)
-    assert check.code == 2 and "lines" in check.out + check.err and "add up" in check.out + check.err
+    broken = run_xisa("check", *SELECT, cwd=project)
+    assert broken.code == 2 and "lines" in broken.out + broken.err and "hand-edited" in broken.out + broken.err
+    data["lines"][0]["histogram"][next(iter(data["lines"][0]["histogram"]))] += 1   # the row consistent again
+    yaml_path.write_text(dump_yaml(data))
+    source = project / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace(EDITED, "        y = x * factor - 1.0\n"))
+    changed = run_xisa("check", *SELECT, "--format", "json", cwd=project)
+    assert changed.code == 1, changed.err
+    cells = _cells(changed)
+    assert cells["scale:small@gfx942"]["line_changes"] is None      # the table no longer describes the golden
+    assert cells["scale:small@sm_90"]["line_changes"]
 
 
 def test_moving_the_checkout_changes_no_golden(run_xisa, project, tmp_path):

@@ -13,7 +13,7 @@ from typing import Any
 from xisa.analyze import ANALYZER_VERSION
 from xisa.analyze.backends import COMPARED_RESOURCES, backend_of_isa
 from xisa.analyze.expect import Failure
-from xisa.analyze.lines import LineChange, line_changes
+from xisa.analyze.lines import LineChange, line_changes, total
 from xisa.analyze.stages import StageAttribution
 from xisa.compile.result import CellResult
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, UsageError
@@ -229,10 +229,10 @@ def stage_attribution(base: dict[str, Any], head_result: CellResult) -> StageAtt
 
 def source_line_changes(base: dict[str, Any], head_result: CellResult) -> list[LineChange] | None:
     """A golden's (`base`, its data) and a compile's instruction changes by source line, the largest first;
-    None when either has no source-line table."""
+    None when either has no source-line table, or the golden's does not add up to its instructions (hand-edited)."""
     head = head_result.analysis
     assert head is not None
-    if not base.get("lines") or not head.lines:
+    if not base.get("lines") or not head.lines or total(base["lines"]) != base["instructions"]:
         return None
     return line_changes(list(base["lines"]), list(head.lines))
 
