@@ -4,7 +4,6 @@ re-created virtual environment or another Python version changes no golden."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from xisa.compile.cell import SourceFiles
 
