@@ -311,6 +311,9 @@ def _check_header(counts: list[str], isa: str, *, code: bool) -> list[str]:
             "SHA-256", "verdict"]
 
 
+MARKDOWN_LOOPS = 3     # changed loops per cell in a PR comment; the HTML report has them all
+
+
 def render_markdown(report, *, counts: list[str], title: str, accept: list[str] | None = None) -> str:
     lines = [f"### {title}", "", f"**{summary_line(report)}**", "", f"_{judgement_line(report)}_", ""]
     if getattr(report, "sides", None):
@@ -348,6 +351,8 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                     lines.append(f"- `{v.kernel}:{v.case}` binding: {moved}")
                 if v.stages is not None:
                     lines.append(f"- `{v.kernel}:{v.case}` stages: {v.stages.phrase()}")
+                for change in (v.delta.loops[:MARKDOWN_LOOPS] if v.delta else ()):   # one short line per loop
+                    lines.append(f"- `{v.kernel}:{v.case}` {change.phrase(top=2)}")
                 if v.message and v.verdict in _EXPLAINED:
                     first, *rest = v.message.splitlines() or [""]
                     lines.append(f"- `{v.kernel}:{v.case}`: {first}")
@@ -378,6 +383,8 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
                                    + (f"; {top}" if top else "") + (f"; {res}" if res else "")))
                 for key, b, h in v.delta.binding:
                     console.print(Text(f"  binding {key}: {b} -> {h}"))
+                for change in v.delta.loops:
+                    console.print(Text(f"  {change.phrase()}"))
             if v.stages is not None:
                 console.print(Text(f"{v.id}: {v.stages.verdict_text()}"))
     for v in report.verdicts:
