@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from xisa.analyze.loops import Loop
 
-ITERATIONS = 100        # llvm-mca's pressure table is already per iteration; more iterations only steady it
+ITERATIONS = 10         # the pressure table is per iteration already; more iterations only cost time (measured: same figures)
 TIMEOUT_S = 60
 _VERSION = re.compile(r"LLVM version (\d+)\.(\d+)(?:\.(\d+))?")
 _ERROR_LINE = re.compile(r"^<stdin>:(\d+):\d+: error:", re.MULTILINE)
@@ -120,16 +120,31 @@ def parse_pressure(output: str) -> tuple[dict[str, float], float | None]:
     return pressure, float(match.group(1)) if match else None
 
 
+# 16-bit register halves (`v185.l`): the compiler ran with real true16 (gfx11+), which llvm-mca's assembler
+# accepts only when told.
+_TRUE16 = re.compile(r"\bv\d+\.[lh]\b")
+# LLVM 19+ drops a line its assembler refuses itself (one run); an older one is run again without them.
+_SKIP_FLAG = "-skip-unsupported-instructions=parse-failure"
+
+
 def estimate_body(tool: McaTool, triple: str, cpu: str, lines: Sequence[str]) -> Estimate:
     """llvm-mca on `lines` (one instruction each), dropping what its assembler refuses."""
     started = time.monotonic()
+    command = [tool.path, f"-mtriple={triple}", f"-mcpu={cpu}", f"-iterations={ITERATIONS}", "-timeline=false",
+               "-instruction-info=false", "-resource-pressure=true"]
+    if any(_TRUE16.search(line) for line in lines):
+        command.append("-mattr=+real-true16")
+    skips = tuple(int(v) for v in tool.version.split(".")[:1]) >= (19,)
     kept = list(lines)
     output = ""
     for _ in range(MAX_RETRIES):
-        proc = subprocess.run([tool.path, f"-mtriple={triple}", f"-mcpu={cpu}", f"-iterations={ITERATIONS}",
-                               "-timeline=false", "-instruction-info=false", "-resource-pressure=true"],
-                              input="\n".join(kept) + "\n", capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = subprocess.run([*command, *([_SKIP_FLAG] if skips else [])], input="\n".join(kept) + "\n",
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
         refused = {int(n) - 1 for n in _ERROR_LINE.findall(proc.stderr)}
+        if skips and proc.returncode == 0:
+            output = proc.stdout
+            kept = [line for i, line in enumerate(kept) if i not in refused]
+            break
         if proc.returncode == 0 or not refused:
             output = proc.stdout
             break
