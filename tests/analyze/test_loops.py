@@ -109,6 +109,10 @@ def test_an_instruction_added_inside_the_loop_is_reported_in_it():
     (change,) = loop_changes(loops_of(ONE_LOOP), loops_of(edited), AMD)
     assert change.figures["instructions"][1] == change.figures["instructions"][0] + 1
     assert change.histogram == [("v_exp_f32", 0, 1)]
+    phrase = change.phrase()
+    assert "v_exp_f32 +1" in phrase and "matrix 1 -> 1" in phrase and "scratch" not in phrase   # unmoved: left out
+    (plain,) = loop_changes(loops_of(NESTED)[1:], loops_of(NESTED.replace("  v_fma_f32", "  v_exp_f32 v1, v1\n  v_fma_f32"))[1:], AMD)
+    assert "matrix" not in plain.phrase()
 
 
 def test_a_loop_added_or_gone_is_a_change():

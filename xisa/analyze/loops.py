@@ -233,7 +233,9 @@ class LoopChange:
             return f"{self.where}: new loop, {self.head.instructions} instructions"
         if self.head is None:
             return f"{self.where}: loop gone (had {self.base.instructions} instructions)"
-        parts = [f"{k} {b} -> {h}" for k, (b, h) in self.figures.items() if b != h or k in ("instructions", "matrix", "tensor")]
+        # Instructions always, matrix work where there is any (what a hot loop is judged by), the rest where it moved.
+        parts = [f"{k} {b} -> {h}" for k, (b, h) in self.figures.items()
+                 if b != h or k == "instructions" or (k in ("matrix", "tensor") and (b or h))]
         parts += [f"{m} {h - b:+d}" for m, b, h in self.histogram[:top]]
         more = len(self.histogram) - top
         return f"{self.where}: " + ", ".join(parts) + (f" (+{more} more mnemonics)" if more > 0 else "")
