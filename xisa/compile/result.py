@@ -63,7 +63,8 @@ class CellResult(NamedByCell):
             "error": self.error, "error_kind": self.error_kind,
             "analysis": self.analysis.to_record() if self.analysis else None,
             "stream": self.analysis.stream_text if self.analysis else "",
-            "locs": list(self.analysis.locs) if self.analysis else [],     # source lines, outside the record
+            # source lines, outside the record; none kept where the line information gave none
+            "locs": list(self.analysis.locs) if self.analysis and any(self.analysis.locs) else [],
             "binding": self.binding, "options": self.options, "seconds": self.seconds,
         }
 
