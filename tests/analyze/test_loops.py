@@ -159,6 +159,7 @@ def test_sass_branch_forms():
     assert flow("BRA", "@P bb1") == "branch"          # register-numbers rule: the number is gone
     assert flow("BRA.U", "!UP0, bb1") == "branch"
     assert flow("BRA.U", "UPT, bb1") == "jump"
+    assert flow("BRA.DIV", "UR4, bb1") == "branch"
     assert flow("BRA", "@!PT bb1") == "next"          # never taken
     assert flow("EXIT", "@P0") == "next" and flow("EXIT", "") == "stop"
     assert flow("BSSY", "B0, bb3") == "next"          # names a block, does not go there

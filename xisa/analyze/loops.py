@@ -171,15 +171,14 @@ def find_loops(stream: Stream, handler: Backend) -> list[Loop]:
     """Every natural loop of every function of `stream`: the kernel's first, each by header position."""
     loops: list[Loop] = []
     for function, blocks in [("", stream.blocks), *((f.name, f.blocks) for f in stream.callees)]:
-        by_name = {b.name: b for b in blocks}
         found = natural_loops(blocks, handler)
         for header, body in found:
             depth = sum(1 for other, outer in found if other != header and header in outer and body < outer) + 1
             ordered = [b for b in blocks if b.name in body]
             instructions = [ins for b in ordered for ins in b.instructions]
-            latches = [by_name[n].instructions[-1] for n in (b.name for b in ordered)
-                       if header in _BLOCK_REF.findall(by_name[n].instructions[-1].operands)
-                       and handler.flow(by_name[n].instructions[-1]) in ("jump", "branch")]
+            # The branches back to the header (a latch that falls through into it has none).
+            latches = [b.instructions[-1] for b in ordered if handler.flow(b.instructions[-1]) in ("jump", "branch")
+                       and header in _BLOCK_REF.findall(b.instructions[-1].operands)]
             keys = [ins.histogram_keys() for ins in instructions]
             scratch = Counter(handler.scratch_access(ins) for ins in instructions)
             loops.append(Loop(

@@ -257,7 +257,9 @@ def flow(ins: Instruction) -> str:
     if kind == "next":
         return kind
     if not guard:
-        return "branch" if kind == "jump" and _PREDICATE_OPERAND.search(ins.operands) else kind
+        # `BRA.DIV UR4, bb5`: taken only where the warp diverged
+        conditional = _PREDICATE_OPERAND.search(ins.operands) or ".DIV" in ins.mnemonic
+        return "branch" if kind == "jump" and conditional else kind
     negated, predicate = guard.groups()
     if predicate in ("PT", "UPT"):
         return "next" if negated else kind
