@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from xisa.analyze import amdgcn, sass
-from xisa.analyze.model import Analysis
+from xisa.analyze.model import Analysis, Instruction, Stream
 from xisa.analyze.occupancy import (Excess, Target, amd_launch_excess, amd_waves_per_simd, cuda_launch_excess,
                                     cuda_warps_per_sm)
 
@@ -86,9 +86,9 @@ class Backend:
     # For the loop analysis (`xisa.analyze.loops`): how control leaves an instruction (`loops.FLOWS`),
     # whether it reads or writes scratch/local memory ("load", "store", None), and the stream of a
     # normalized stream text (a golden's `.isa`).
-    flow: Callable[[Any], str]
-    scratch_access: Callable[[Any], str | None]
-    stream_from_text: Callable[[str], Any]
+    flow: Callable[[Instruction], str]
+    scratch_access: Callable[[Instruction], str | None]
+    stream_from_text: Callable[[str], Stream]
     # llvm-mca's `-mtriple` for a static estimate of a loop (`xisa.compile.mca`); None: no LLVM model.
     mca_triple: str | None
     _analyze: Callable[..., Analysis] = field(repr=False)

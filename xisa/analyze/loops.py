@@ -7,7 +7,9 @@ jumps or branches, and the next block where control can fall through. How an ins
 block is the ISA's rule (`Backend.flow`: `next`, `jump`, `branch`, `stop`, `call`). A loop is a
 natural loop: an edge to a block that dominates its source (a back edge) and every block that reaches
 the source without passing the header; back edges to one header make one loop. Irreducible cycles
-(entered in two places) have no header and are not reported. A loop's counts include its inner
+(entered in two places) have no header and are not reported. A call's target is another function
+(in SASS also a subroutine inside the kernel, `CALL.REL`): control returns to the next block, and the
+called blocks are not part of the caller's loops. A loop's counts include its inner
 loops' instructions (they run inside it); depth 1 is outermost.
 
 The same stream read back from a golden's text (`Backend.stream_from_text`) gives the same loops, so
