@@ -315,7 +315,8 @@ def _left_out(v: CellVerdict) -> str:
             "cell's diff")
 
 
-def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, Any]:
+def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None,
+               estimates: dict[tuple[str, str, str], str] | None = None) -> dict[str, Any]:
     base_n, head_n = _instructions(v)
     data: dict[str, Any] = {
         "id": v.id, "verdict": v.verdict, "in_scope": v.in_scope, "message": v.message, "golden": v.golden_file,
@@ -330,6 +331,11 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None) -> dict[str, A
         "histogram_kind": "delta" if v.delta is not None else ("head" if v.base is None else "base"),
         "binding": [[key, b, h] for key, b, h in v.delta.binding] if v.delta else [],
         "stages": v.stages.verdict_text() if v.stages is not None else None,   # where the change started
+        # The loops whose counts changed: [where, [[figure, base, head], ...], [[mnemonic, base, head], ...],
+        # llvm-mca's estimate of the head loop or null (`loop_estimates`)].
+        "loops": [[c.where, [[k, b, h] for k, (b, h) in c.figures.items()], [list(r) for r in c.histogram[:HISTOGRAM_ROWS]],
+                   (estimates or {}).get((v.id, c.head.function, c.head.header)) if c.head else None]
+                  for c in (v.delta.loops if v.delta else ())],
         "diff": None, "register_diff": None,
     }
     base_stream = v.base.stream_text if v.base else None
@@ -369,9 +375,11 @@ def _fmt_delta(base: int | None, head: int | None) -> str:
 
 
 def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: int | None = None,
-                exit_note: str = "", accept: list[str] | None = None) -> str:
+                exit_note: str = "", accept: list[str] | None = None,
+                loop_estimates: dict[tuple[str, str, str], str] | None = None) -> str:
     """`exit_code` is what the command exits with (the report's own verdict unless the command's
-    policy differs, as a comparison with --base does); `exit_note` says why, `accept` how to bless."""
+    policy differs, as a comparison with --base does); `exit_note` says why, `accept` how to bless;
+    `loop_estimates`: (cell id, function, header) -> llvm-mca's text for a changed loop (`xisa.compile.mca`)."""
     verdicts = list(report.verdicts)
     code = report.exit_code if exit_code is None else exit_code
     budget = _DiffBudget(PAGE_DIFF_ROWS)
@@ -486,7 +494,7 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
               + (f" <span class=\"muted\">— {_e(v.message.splitlines()[0])}</span>"
                  if v.message and v.verdict != SAME else "")
               + f"</summary><div class=\"body\"></div>"
-              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v, budget))}</script>"
+              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v, budget, loop_estimates))}</script>"
               f"</details>\n")
         w("</details>\n")
 
@@ -618,6 +626,14 @@ function renderBinding(data){
   data.binding.forEach(function(r){var tr=t.insertRow();tr.className="moved";tr.appendChild(el("td",null,r[0]));
     tr.appendChild(el("td",null,r[1]===null?"(none)":JSON.stringify(r[1])));tr.appendChild(el("td",null,r[2]===null?"(none)":JSON.stringify(r[2])));});
   wrap.appendChild(t);return wrap;}
+function renderLoops(data){
+  var wrap=el("div");wrap.appendChild(el("div","muted","loops whose counts changed: golden vs head (a loop's counts include its inner loops)"));
+  data.loops.forEach(function(l){var t=el("table","res loop");var cap=t.createCaption();cap.textContent=l[0];
+    var h=t.insertRow();["per iteration","golden","head"].forEach(function(x){h.appendChild(el("th",null,x));});
+    l[1].concat(l[2]).forEach(function(r){var tr=t.insertRow();if(r[1]!==r[2])tr.className="moved";
+      tr.appendChild(el("td",null,r[0]));tr.appendChild(el("td",null,fmt(r[1])));tr.appendChild(el("td",null,fmt(r[2])));});
+    wrap.appendChild(t);if(l[3])wrap.appendChild(el("pre","muted",l[3]));});
+  return wrap;}
 function render(d){
   if(d.dataset.rendered)return;var data=dataOf(d);if(!data)return;d.dataset.rendered="1";
   var body=d.querySelector(".body");
@@ -634,6 +650,7 @@ function render(d){
   if(data.resources.length)cols.appendChild(renderResources(data));
   if(data.binding.length)cols.appendChild(renderBinding(data));
   if(data.verdict!=="same"&&(data.histogram.length||data.histogram_kind==="delta"))cols.appendChild(renderHistogram(data));
+  if(data.loops.length)cols.appendChild(renderLoops(data));
   body.appendChild(cols);
   if(data.diff)body.appendChild(renderDiffs(data));
   else if(data.diff_note)body.appendChild(el("p","muted",data.diff_note));
