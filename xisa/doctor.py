@@ -17,6 +17,7 @@ import yaml
 from xisa.analyze.backends import AMD, BACKENDS
 from xisa.names import display_path
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, XisaError
+from xisa.compile.mca import doctor_facts
 from xisa.compile.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON,
                             amd_codegen_revision, parse_version, pinned_overrides, ptxas_version, refused_variables,
                             unclassified_variables, wheel_tool)
@@ -179,6 +180,11 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
         warnings.append(f"{len(goldens['unreadable'])} golden file(s) have no readable toolchain, "
                         f"e.g. {goldens['unreadable'][0]}")
 
+    # Optional: llvm-mca's loop estimates (`xisa.compile.mca`); its absence is said, never a problem.
+    modelled = {name: t for name, t in targets.items() if t.handler.mca_triple}
+    llvm_mca = doctor_facts({n: t.handler.mca_triple for n, t in modelled.items()},
+                            {n: str(t.arch) for n, t in modelled.items()})
+
     devices: list[dict[str, Any]] = []
     if probe_devices:
         from xisa.device.detect import detect_devices
@@ -193,7 +199,7 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
         "schema": DOCTOR_SCHEMA_VERSION, "kind": "doctor",
         "triton": {"version": version, "supported": supported, "supported_range": f"{low[0]}.{low[1]}-{high[0]}.{high[1]}",
                    "amd_codegen_revision": codegen, "ptxas_version": ptxas},
-        "backends": backends, "tools": tools,
+        "backends": backends, "tools": tools, "llvm_mca": llvm_mca,
         "pinned": dict(PINNED_ENV), "overridden": overridden,
         "refused": refused, "refused_known": sorted(REFUSED_ENV), "unclassified": unclassified,
         "harmless": harmless,

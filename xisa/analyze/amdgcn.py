@@ -24,7 +24,7 @@ import yaml
 
 from xisa.analyze.codeobject import code_sha256
 from xisa.analyze.lines import attributed_location, count_by_line
-from xisa.analyze.model import Analysis, Block, Function, Instruction, Stream, histograms
+from xisa.analyze.model import Analysis, Block, Function, Instruction, Stream, histograms, parse_stream_text
 from xisa.errors import ParseError
 
 # Encoding suffixes that name the same operation (VOP1/2/C as _e32, VOP3 as _e64, SDWA, DPP).
@@ -353,13 +353,8 @@ def _parse_function(lines: list[str], name: str, opaque: set[str],
         mnemonic = parts[0]
         if not re.match(r"^[a-z_][a-z0-9_.]*$", mnemonic):
             raise ParseError(f"cannot parse instruction {text[:60]!r}", field=f"line {index + 1}")
-        operands = _normalize_operands(parts[1] if len(parts) > 1 else "")
-        second = ""
-        if " :: " in operands:  # VOPD: one instruction word, two operations
-            tail = operands.split(" :: ", 1)[1].split(None, 1)
-            second = tail[0] if tail and re.match(r"^v_[a-z0-9_]+$", tail[0]) else ""
-        blocks[-1].instructions.append(Instruction(mnemonic, base_mnemonic(mnemonic), operands, index + 1, second,
-                                                   base_mnemonic(second) if second else "", loc=loc))
+        blocks[-1].instructions.append(instruction(mnemonic, _normalize_operands(parts[1] if len(parts) > 1 else ""),
+                                                   index + 1, loc=loc))
         if _TERMINATORS.match(mnemonic):
             blocks.append(Block(f"bb{len(blocks)}"))
     if not end_seen:
@@ -384,6 +379,53 @@ def _parse_function(lines: list[str], name: str, opaque: set[str],
     for block in blocks:
         block.instructions = [replace(i, operands=_LOCAL_LABEL.sub(rename, i.operands)) for i in block.instructions]
     return blocks
+
+
+def instruction(mnemonic: str, operands: str, line: int, loc: str = "") -> Instruction:
+    """An instruction from its mnemonic and normalized operands: the one constructor for assembly and
+    for a stream read back from its text (`stream_from_text`); `loc` its source location, if known."""
+    second = ""
+    if " :: " in operands:  # VOPD: one instruction word, two operations
+        tail = operands.split(" :: ", 1)[1].split(None, 1)
+        second = tail[0] if tail and re.match(r"^v_[a-z0-9_]+$", tail[0]) else ""
+    return Instruction(mnemonic, base_mnemonic(mnemonic), operands, line, second,
+                       base_mnemonic(second) if second else "", loc=loc)
+
+
+def stream_from_text(text: str) -> Stream:
+    """The stream of a normalized stream text (a golden's `TARGET.isa`)."""
+    return parse_stream_text(text, instruction)
+
+
+# --- control flow and memory, for the loop analysis (`xisa.analyze.loops`) ---------------------------
+_FLOW = (
+    (re.compile(r"^s_branch$"), "jump"),                          # unconditional: its target only
+    (re.compile(r"^s_cbranch_"), "branch"),                       # its target or the next block
+    (re.compile(r"^(s_endpgm\w*|s_setpc_b64)$"), "stop"),         # end of program, return (indirect)
+    (re.compile(r"^(s_swappc_b64|s_call_b64)$"), "call"),          # another function, then the next block
+)
+
+
+def flow(ins: Instruction) -> str:
+    """How control leaves `ins`: next | jump | branch | stop | call (`xisa.analyze.loops.FLOWS`)."""
+    for rule, kind in _FLOW:
+        if rule.match(ins.mnemonic):
+            return kind
+    return "next"
+
+
+# LLVM spills through the private segment: `scratch_*` where flat scratch is on (gfx940+, gfx11+), else
+# MUBUF on the scratch resource the kernel receives in s[0:3] with no VGPR address (`off`):
+# `buffer_store_dword v1, off, s[0:3], 0 offset:8` (AMDGPU ABI, private segment buffer). Triton's own
+# buffer ops always address through a VGPR (`offen`).
+_SCRATCH_MUBUF = re.compile(r"^[^,]+, off, s\[0:3\],")
+
+
+def scratch_access(ins: Instruction) -> str | None:
+    """`load` or `store` where `ins` reads or writes private (scratch) memory, else None."""
+    if ins.base.startswith("scratch_") or (ins.base.startswith("buffer_") and _SCRATCH_MUBUF.match(ins.operands)):
+        return "store" if "_store" in ins.base else "load"
+    return None
 
 
 def _normalize_operands(text: str) -> str:
@@ -515,5 +557,6 @@ def analyze_amdgcn(asm: str, *, lds_bytes: int = 0, code_object: bytes | None = 
         resources=resources(asm, lds_bytes=lds_bytes), stream_text=text,
         code_sha256=code_sha256(code_object) if code_object is not None else None, opaque_asm=opaque,
         lines=count_by_line(stream),
+        locs=[ins.loc for ins in stream.instructions()],
     )
     return analysis, name

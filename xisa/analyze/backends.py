@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from xisa.analyze import amdgcn, sass
-from xisa.analyze.model import Analysis
+from xisa.analyze.model import Analysis, Instruction, Stream
 from xisa.analyze.occupancy import (Excess, Target, amd_launch_excess, amd_waves_per_simd, cuda_launch_excess,
                                     cuda_warps_per_sm)
 
@@ -84,6 +84,15 @@ class Backend:
     toolchain_keys: tuple[str, ...]            # what a golden's `toolchain` records beside `triton`
     torch_build: str                           # the `torch.version` attribute a torch built for it sets
     device_arch: Callable[[Any], str]          # a torch device's properties -> the arch `device.match` globs
+    classify: Callable[[str], str]             # a mnemonic -> its instruction class (one of `classes`)
+    # For the loop analysis (`xisa.analyze.loops`): how control leaves an instruction (`loops.FLOWS`),
+    # whether it reads or writes scratch/local memory ("load", "store", None), and the stream of a
+    # normalized stream text (a golden's `.isa`).
+    flow: Callable[[Instruction], str]
+    scratch_access: Callable[[Instruction], str | None]
+    stream_from_text: Callable[[str], Stream]
+    # llvm-mca's `-mtriple` for a static estimate of a loop (`xisa.compile.mca`); None: no LLVM model.
+    mca_triple: str | None
     _analyze: Callable[..., Analysis] = field(repr=False)
     _launch_excess: Callable[..., list[Excess]] = field(repr=False)
 
@@ -184,6 +193,9 @@ AMD = Backend(
     toolchain_keys=("amd_codegen",),
     torch_build="hip",
     device_arch=lambda props: base_gcn_arch(str(getattr(props, "gcnArchName", "") or "")),
+    classify=amdgcn.classify, flow=amdgcn.flow, scratch_access=amdgcn.scratch_access,
+    stream_from_text=amdgcn.stream_from_text,
+    mca_triple="amdgcn-amd-amdhsa",
     _analyze=_analyze_amdgcn,
     _launch_excess=_amd_launch_excess,
 )
@@ -217,6 +229,9 @@ NVIDIA = Backend(
     toolchain_keys=("ptxas",),
     torch_build="cuda",
     device_arch=lambda props: f"{props.major}.{props.minor}",     # the compute capability
+    classify=sass.classify, flow=sass.flow, scratch_access=sass.scratch_access,
+    stream_from_text=sass.stream_from_text,
+    mca_triple=None,          # LLVM has no model of NVIDIA's SASS (its NVPTX backend stops at PTX)
     _analyze=_analyze_sass,
     _launch_excess=_cuda_launch_excess,
 )

@@ -1,8 +1,10 @@
 """Expectations: facts about a cell's machine code that must survive a toolchain upgrade.
 
 In the spirit of FileCheck's CHECK-COUNT: `v_cvt_pk_f32_fp8: 0`, `'v_wmma*': '>0'`,
-`class:matrix: '>=8'`, `vgpr_spills: 0`, `occupancy: '>=4'`; and `launchable: false` for a cell that
-is known not to fit one workgroup on a target (see `judge_launch`).
+`class:matrix: '>=8'`, `vgpr_spills: 0`, `occupancy: '>=4'`; `launchable: false` for a cell that
+is known not to fit one workgroup on a target (see `judge_launch`); and `loop:KEY` for the loops of
+the stream (`loop:scratch: 0`: no scratch access inside any loop), measured as the largest value over
+the cell's loops (`xisa.analyze.loops`), 0 where it has none.
 
 An expectation that can never fail is worse than none, so keys are checked twice: when the spec
 loads (a key must be a resource, a known `class:NAME`, or look like an instruction mnemonic), and
@@ -19,7 +21,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from xisa.analyze.backends import BACKENDS, CLASS_NAMES, EXPECTABLE_RESOURCES as RESOURCE_KEYS, backend, backend_of_isa
+from xisa.analyze.backends import (BACKENDS, CLASS_NAMES, EXPECTABLE_RESOURCES as RESOURCE_KEYS, Backend, backend,
+                                   backend_of_isa)
+from xisa.analyze.loops import Loop, analysis_loops
 from xisa.analyze.model import Analysis
 from xisa.analyze.occupancy import Excess
 from xisa.errors import SpecError
@@ -28,6 +32,11 @@ from xisa.names import closest
 _GLOB = re.compile(r"[*?\[]")
 # Whether one workgroup of the cell fits the target's per-workgroup limits: `true` or `false`, not a count.
 LAUNCHABLE = "launchable"
+
+# `loop:KEY`: KEY measured in each loop, the largest value over the loops counts. A loop has no resources
+# of its own: besides classes and mnemonics it has these counts.
+LOOP = "loop:"
+LOOP_COUNTS = ("instructions", "scratch", "spills")
 
 _CONDITION = re.compile(r"^\s*(>=|<=|==|!=|>|<)?\s*(-?\d+)\s*$")
 _OPS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
@@ -67,11 +76,13 @@ class Failure:
     key: str
     condition: str
     actual: int | bool | None   # None: the analysis does not report it (a golden of an older format)
+    where: str = ""             # a `loop:` key: which loop measured `actual` ("in the loop at ...")
 
     def __str__(self) -> str:
         got = ("nothing (not reported)" if self.actual is None else
                str(self.actual).lower() if isinstance(self.actual, bool) else self.actual)
-        return f"{self.key} {self.condition} expected (target pattern {self.pattern!r}), got {got}"
+        return f"{self.key} {self.condition} expected (target pattern {self.pattern!r}), got {got}" + \
+            (f" {self.where}" if self.where else "")
 
 
 def parse_condition(value: Any, *, path: str, field: str) -> Condition:
@@ -90,6 +101,19 @@ def parse_condition(value: Any, *, path: str, field: str) -> Condition:
 def check_key(key: str, *, path: str | None, field: str) -> None:
     """A key must be a resource, a known class, a glob, or look like a mnemonic and not like a
     misspelt resource. Anything else could never fail (it would count 0), so it is refused."""
+    if key.startswith(LOOP):
+        inner = key[len(LOOP):]
+        if inner in LOOP_COUNTS:
+            return
+        if inner in RESOURCE_KEYS or inner == LAUNCHABLE or inner.startswith(LOOP) or inner == "scratch_bytes":
+            raise SpecError(f"{key!r}: {inner!r} is the kernel's, not a loop's", path=path, field=field,
+                            fix=f"use {inner!r} without 'loop:', or a loop count: "
+                                f"{', '.join(LOOP + c for c in LOOP_COUNTS)}, loop:class:NAME, loop:MNEMONIC")
+        near = difflib.get_close_matches(inner, list(LOOP_COUNTS), n=1, cutoff=0.75)
+        if near:
+            raise SpecError(f"unknown loop key {key!r}", path=path, field=field, fix=f"did you mean '{LOOP}{near[0]}'?")
+        check_key(inner, path=path, field=field)
+        return
     if key in RESOURCE_KEYS or key == LAUNCHABLE:
         return
     if key.startswith("class:"):
@@ -136,8 +160,9 @@ def check_for_target(expect: Expectations, target: str, backend_name: str, *, pa
     for pattern, checks in expect:
         if not fnmatch.fnmatchcase(target, pattern):
             continue
-        for key in (e.key for e in checks):
-            where = f"{field}.expect.{pattern}.{key}"
+        for written in (e.key for e in checks):
+            where = f"{field}.expect.{pattern}.{written}"
+            key = written.removeprefix(LOOP)
             if key in RESOURCE_KEYS and key not in handler.expectable_resources and key not in handler.resource_aliases:
                 reported = list(handler.expectable_resources) + list(handler.resource_aliases)
                 raise SpecError(f"{target} ({handler.vendor}) does not report {key!r}", path=path, field=where,
@@ -164,8 +189,8 @@ def check_against_targets(expect: Expectations, known: dict[str, str], *, path: 
                             field=f"{field}.expect.{pattern}",
                             fix=f"did you mean {near!r}?" if near else "see `xisa targets`")
         handlers = [b for b in BACKENDS if any(known[name] == b.name for name in matched)]
-        for key in (e.key for e in checks):
-            if is_resource_or_class(key):
+        for key in (e.key.removeprefix(LOOP) for e in checks):
+            if is_resource_or_class(key) or key in LOOP_COUNTS:
                 continue
             if not any(handler.spells(key) for handler in handlers):
                 vendors = "/".join(sorted(handler.vendor for handler in handlers))
@@ -179,8 +204,41 @@ def is_resource_or_class(key: str) -> bool:
     return key in RESOURCE_KEYS or key == LAUNCHABLE or key.startswith("class:")
 
 
+def _count(key: str, histogram: dict[str, int], handler: Backend) -> int:
+    """A mnemonic or glob over a raw histogram: each raw mnemonic counted once, matched raw or by its base name."""
+    total = 0
+    for raw, count in histogram.items():
+        if fnmatch.fnmatchcase(raw, key) or fnmatch.fnmatchcase(handler.base_mnemonic(raw), key):
+            total += count
+    return total
+
+
+def measure_loop(key: str, loop: Loop, handler: Backend) -> int | None:
+    """`key` (without `loop:`) measured in one loop; None where the ISA has no such class."""
+    if key in LOOP_COUNTS:
+        return {"instructions": loop.instructions, "scratch": loop.scratch, "spills": loop.spills}[key]
+    if key.startswith("class:"):
+        name = handler.class_aliases.get(key[len("class:"):], key[len("class:"):])
+        return int(loop.classes.get(name, 0)) if name in handler.classes else None
+    return _count(key, loop.histogram, handler)
+
+
+def measure_loops(key: str, loops: list[Loop], handler: Backend) -> tuple[int | None, Loop | None]:
+    """`loop:KEY`: (the largest value over `loops`, the loop that has it); (0, None) without loops."""
+    best: tuple[int | None, Loop | None] = (0, None)
+    for loop in loops:
+        value = measure_loop(key.removeprefix(LOOP), loop, handler)
+        if value is None:
+            return None, None
+        if best[1] is None or value > best[0]:
+            best = (value, loop)
+    return best
+
+
 def measure(key: str, analysis: Analysis) -> int | None:
     """The count or resource `key` names; None where the analysis's ISA does not report it."""
+    if key.startswith(LOOP):
+        return measure_loops(key, analysis_loops(analysis), backend_of_isa(analysis.isa))[0]
     if key == "instructions":
         return analysis.instructions
     if key == LAUNCHABLE:     # not a count of the code: judged with the target (`judge_launch`)
@@ -198,19 +256,14 @@ def measure(key: str, analysis: Analysis) -> int | None:
         if name not in handler.classes:
             return None
         return int(analysis.classes.get(name, 0))
-    # A mnemonic or glob: each raw mnemonic counted once, matched raw or by its base name.
-    total = 0
-    for raw, count in analysis.histogram.items():
-        base = handler.base_mnemonic(raw)
-        if fnmatch.fnmatchcase(raw, key) or fnmatch.fnmatchcase(base, key):
-            total += count
-    return total
+    return _count(key, analysis.histogram, handler)
 
 
 def evaluate(expect: Expectations, target: str, analysis: Analysis, *, launchable: bool = True) -> list[Failure]:
     """The expectations of `target` that `analysis` breaks. `launchable: false` fails on a cell that
     launches; `launchable: true` on one that does not is left to its launch verdict (`judge_launch`)."""
     failures = []
+    loops: list[Loop] | None = None      # found once, on the first `loop:` key
     for pattern, checks in expect:
         if not fnmatch.fnmatchcase(target, pattern):
             continue
@@ -218,6 +271,13 @@ def evaluate(expect: Expectations, target: str, analysis: Analysis, *, launchabl
             if check.key == LAUNCHABLE:
                 if launchable and not check.written:
                     failures.append(Failure(pattern, LAUNCHABLE, "== false", True))
+                continue
+            if check.key.startswith(LOOP):
+                loops = analysis_loops(analysis) if loops is None else loops
+                actual, loop = measure_loops(check.key, loops, backend_of_isa(analysis.isa))
+                if actual is None or not check.condition.holds(actual):
+                    failures.append(Failure(pattern, check.key, str(check.condition), actual,
+                                            f"in the {loop.where}" if loop else "(the stream has no loop)"))
                 continue
             actual = measure(check.key, analysis)
             if actual is None or not check.condition.holds(actual):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+from xisa.errors import ParseError
 
 # Bumped whenever counting or normalization changes, so that a golden made by another analyzer is
 # reported as such instead of as a kernel change. 1: the kernel's stream only; 2: every function of
@@ -84,6 +86,34 @@ class Stream:
         return hashlib.sha256(self.text().encode("utf-8")).hexdigest()
 
 
+def parse_stream_text(text: str, instruction: Callable[[str, str, int], Instruction]) -> Stream:
+    """The `Stream` whose `text()` is `text` (a golden's `TARGET.isa`): the one inverse of `Stream.text`.
+
+    `instruction(mnemonic, operands, line)` is the ISA's own constructor (it knows the base-mnemonic
+    rule and dual-issue pairs), so a stream read back counts exactly as the stream that was written.
+    Source locations are not in the text: every `loc` is ""."""
+    kernel: list[Block] = []
+    callees: list[Function] = []
+    blocks = kernel
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line:
+            continue
+        if line.startswith("  "):
+            if not blocks:
+                raise ParseError("an instruction before any block label", field=f"line {number}")
+            mnemonic, _, operands = line[2:].partition(" ")
+            blocks[-1].instructions.append(instruction(mnemonic, operands, number))
+        elif line.startswith("function ") and line.endswith(":"):
+            callees.append(Function(line[len("function "):-1], []))
+            blocks = callees[-1].blocks
+        elif line.endswith(":"):
+            blocks.append(Block(line[:-1]))
+        else:
+            raise ParseError("not a block label, a `function NAME:` header or an indented instruction",
+                             field=f"line {number}")
+    return Stream(kernel, callees)
+
+
 def histograms(stream: Stream) -> tuple[dict[str, int], dict[str, int]]:
     keys = [ins.histogram_keys() for ins in stream.instructions()]
     raw = Counter(k[0] for k in keys)
@@ -117,6 +147,10 @@ class Analysis:
     # Instructions per kernel source line (`xisa.analyze.lines`): a side table, never counted or compared by the
     # analyzer (no ANALYZER_VERSION bump), so a moved source line moves no verdict; empty where unknown.
     lines: list[dict[str, Any]] = field(default_factory=list)
+    # The source location of each instruction of `stream_text`, in stream order ("" where the line
+    # information gives none; empty where unknown: a golden, whose stream text has no locations). A
+    # side table, never recorded in a golden nor fingerprinted; the loop report names loops by it.
+    locs: list[str] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
         record = {

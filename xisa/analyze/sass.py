@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from xisa.analyze.lines import attributed_location, count_by_line
-from xisa.analyze.model import Analysis, Block, Instruction, Stream, histograms
+from xisa.analyze.model import Analysis, Block, Instruction, Stream, histograms, parse_stream_text
 from xisa.errors import ParseError
 
 # Every SASS instruction from Volta on is 128 bits: an in-function code address is index * 16.
@@ -249,6 +249,47 @@ def parse_stream(sass: str) -> Stream:
     return Stream(blocks)
 
 
+def instruction(mnemonic: str, operands: str, line: int) -> Instruction:
+    return Instruction(mnemonic, base_mnemonic(mnemonic), operands, line)
+
+
+def stream_from_text(text: str) -> Stream:
+    """The stream of a normalized stream text (a golden's `TARGET.isa`)."""
+    return parse_stream_text(text, instruction)
+
+
+# --- control flow and memory, for the loop analysis (`xisa.analyze.loops`) ---------------------------
+# A guard is written first among the operands (`BRA @!P4 bb3`); `@PT` always holds, `@!PT` never.
+# Under the `register-numbers` rule the number is gone (`@!P`). A uniform branch names its predicate as
+# an operand instead (`BRA.U !UP0, bb3`): a conditional jump as well.
+_GUARD = re.compile(r"^@(!?)(U?P(?:T|\d+)?)(?![\w])")
+_PREDICATE_OPERAND = re.compile(r"(?:^|, )!?U?P\d*, ")
+_FLOW = {"BRA": "jump", "JMP": "jump", "BRX": "stop", "JMX": "stop",   # BRX/JMX: indirect, targets unknown
+         "RET": "stop", "EXIT": "stop", "KILL": "stop", "CALL": "call"}
+
+
+def flow(ins: Instruction) -> str:
+    """How control leaves `ins`: next | jump | branch | stop | call (`xisa.analyze.loops.FLOWS`). A guarded
+    jump or exit falls through when its guard fails."""
+    kind = _FLOW.get(ins.base, "next")
+    guard = _GUARD.match(ins.operands)
+    if kind == "next":
+        return kind
+    if not guard:
+        # `BRA.DIV UR4, bb5`: taken only where the warp diverged
+        conditional = _PREDICATE_OPERAND.search(ins.operands) or ".DIV" in ins.mnemonic
+        return "branch" if kind == "jump" and conditional else kind
+    negated, predicate = guard.groups()
+    if predicate in ("PT", "UPT"):
+        return "next" if negated else kind
+    return {"jump": "branch", "stop": "next"}.get(kind, kind)
+
+
+def scratch_access(ins: Instruction) -> str | None:
+    """`load` or `store` where `ins` reads or writes local memory (per-thread: spills and stack), else None."""
+    return {"LDL": "load", "STL": "store"}.get(ins.base)
+
+
 # --- resources: what cuobjdump --dump-resource-usage prints -------------------------------------
 
 _RESOURCE_FN = re.compile(r"^\s*Function\s+([^\s:]+)\s*:\s*$")
@@ -333,4 +374,5 @@ def analyze_sass(sass: str, resource_usage: str, *, shared_bytes: int, rules: tu
         histogram=raw, base_histogram=base, classes={c: classes.get(c, 0) for c in CLASSES if classes.get(c)},
         resources=resources(usage, shared_bytes=shared_bytes), stream_text=stream.text(),
         lines=count_by_line(stream),
+        locs=[ins.loc for ins in stream.instructions()],
     )

@@ -13,9 +13,11 @@ from xisa import api
 from xisa.analyze.expect import check_key
 from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
                               TimeoutOption, print_failure_lines, run_options, stderr, stdout)
+from xisa.names import CellKey
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.render.progress import progress_reporter
-from xisa.render.formats import compile_payload, error_block, render_compile_markdown, render_compile_table
+from xisa.render.formats import (compile_payload, error_block, loops_payload, render_compile_markdown, render_compile_table,
+                                 render_loops_text)
 
 
 def compile_command(
@@ -31,6 +33,8 @@ def compile_command(
     timeout: TimeoutOption = 600.0,
     no_cache: NoCacheOption = False,
     quiet: QuietOption = False,
+    loops: Annotated[bool, typer.Option("--loops", help="Show each cell's loops and llvm-mca's estimate per loop "
+                                                        "(a model, where llvm-mca knows the target).")] = False,
 ) -> None:
     """Cross-compile kernel cases for targets (no GPU needed) and print histograms, resources, fingerprints."""
     for pattern in count or []:
@@ -40,13 +44,20 @@ def compile_command(
     results, failures = run.results, run.failures
     if emit is not None:
         stderr().print(f"wrote {run.emitted} files under {emit}")
+    found = api.cell_loops(results, {t.name: t for t in run.targets}) if loops else None
     if as_json:
-        typer.echo(json.dumps(compile_payload(results, failures, backends=run.backends), indent=2, sort_keys=True))
+        payload = compile_payload(results, failures, backends=run.backends)
+        if found is not None:
+            for cell in payload["cells"]:
+                cell["loops"] = loops_payload(found.get(str(CellKey(cell["kernel"], cell["case"], cell["target"])), []))
+        typer.echo(json.dumps(payload, indent=2, sort_keys=True))
     elif markdown:
         typer.echo(render_compile_markdown(results, counts=count or []), nl=False)
     elif not quiet:
         render_compile_table(stdout(), results, failures, counts=count or [], top=top,
                              isa_of={t.name: t.handler.isa for t in run.targets})
+    if found is not None and not as_json:
+        render_loops_text(stdout(), found, {t.name: t.handler for t in run.targets})
     print_failure_lines(run.failure_lines())
     errors = [r for r in results if not r.ok]
     for result in errors:

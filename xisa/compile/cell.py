@@ -13,7 +13,7 @@ from xisa.analyze import lines
 from xisa.analyze.model import Analysis
 from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell, compiling, load_kernel_function
-from xisa.compile.disassemble import machine_code
+from xisa.compile.disassemble import kept_stages, machine_code
 from xisa.compile.result import CellResult
 from xisa.errors import XisaError
 from xisa.spec.cases import Cell
@@ -42,8 +42,8 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
             compiled = _triton_compile(bound)
         result.analysis = analyze_compiled(cell, compiled, bound.options, roots=roots)
         result.status = "ok"
-        if keep_stages:   # the assembly is read (disassembled, where it must be) by the analysis
-            result.stages = {k: v for k, v in compiled.asm.items() if k in cell.target.handler.stages}
+        if keep_stages:   # for `--emit`: every stage, the assembly as Triton spells it
+            result.stages = kept_stages(cell.target.handler, compiled)
     except XisaError as exc:
         result.error = str(exc)
         result.error_kind = type(exc).__name__.replace("Error", "").lower()
@@ -65,8 +65,8 @@ def _triton_compile(bound):
 
 
 def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -> Analysis:
-    """The cell's analysis, its stage fingerprints and its source-line table (paths made relative: `roots`
-    are the project's kernel roots)."""
+    """The cell's analysis, its stage fingerprints, its source-line table and each instruction's source location
+    (paths made relative, `SourceFiles`: `roots` are the project's kernel roots)."""
     target = cell.target
     handler = target.handler
     assembly, binary_facts = machine_code(handler, compiled)
@@ -76,6 +76,7 @@ def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -
                                          kernel=getattr(compiled.metadata, "name", None))
     sources = SourceFiles(roots)
     analysis.lines = lines.resolve(analysis.lines, path_of=sources.path_of, text_of=sources.text_of)
+    analysis.locs = [sources.location(loc) for loc in analysis.locs]
     return analysis
 
 
@@ -104,6 +105,11 @@ class SourceFiles:
             if file.is_relative_to(folder):
                 return file.relative_to(folder).as_posix()
         return file.name
+
+    def location(self, loc: str) -> str:
+        """`FILE:LINE` as the compiler wrote it, FILE shown as `path_of` shows it ("" stays "")."""
+        path, line = lines.split_loc(loc)
+        return f"{self.path_of(path)}:{line}" if path != lines.NO_LINE else ""
 
     def text_of(self, path: str, line: int) -> str:
         if path not in self.texts:

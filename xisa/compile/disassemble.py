@@ -34,6 +34,14 @@ def machine_code(backend: Backend, compiled) -> tuple[str, bytes | str]:
     return assembly, run_on_binary(backend.binary_tool, binary, suffix=f".{backend.binary}")
 
 
+def kept_stages(backend: Backend, compiled) -> dict[str, str | bytes]:
+    """Every stage of `backend.stages` the compile has, for `--emit`; the assembly in Triton's own spelling
+    (NVIDIA: disassembled now, as Triton does on first use; the analysis read nvdisasm's listing instead)."""
+    with _drop_known_tool_noise():
+        compiled.asm[backend.assembly]
+    return {k: v for k, v in compiled.asm.items() if k in backend.stages}
+
+
 @contextlib.contextmanager
 def _drop_known_tool_noise():
     """Capture fd 2 while Triton runs the disassembler; pass on everything but the known noise."""

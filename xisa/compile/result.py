@@ -64,12 +64,16 @@ class CellResult(NamedByCell):
             "error": self.error, "error_kind": self.error_kind,
             "analysis": self.analysis.to_record() if self.analysis else None,
             "stream": self.analysis.stream_text if self.analysis else "",
+            # source lines, outside the record; none kept where the line information gave none
+            "locs": list(self.analysis.locs) if self.analysis and any(self.analysis.locs) else [],
             "binding": self.binding, "options": self.options, "seconds": self.seconds,
         }
 
     @classmethod
     def from_cache(cls, data: dict[str, Any]) -> "CellResult":
         analysis = Analysis.from_record(data["analysis"], data["stream"]) if data.get("analysis") else None
+        if analysis is not None:
+            analysis.locs = list(data.get("locs") or [])
         return cls(kernel=data["kernel"], case=data["case"], target=data["target"], status=data["status"],
                    error=data["error"], error_kind=data.get("error_kind"), analysis=analysis,
                    binding=data["binding"], options=data["options"], seconds=data["seconds"], cached=True)

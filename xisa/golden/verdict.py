@@ -14,9 +14,10 @@ from xisa.analyze import ANALYZER_VERSION
 from xisa.analyze.backends import COMPARED_RESOURCES, backend_of_isa
 from xisa.analyze.expect import Failure
 from xisa.analyze.lines import LineChange, line_changes, total
+from xisa.analyze.loops import LoopChange, analysis_loops, loop_changes
 from xisa.analyze.stages import StageAttribution
 from xisa.compile.result import CellResult
-from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, UsageError
+from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, ParseError, UsageError
 from xisa.golden.store import Golden, golden_paths, list_goldens, read_golden
 from xisa.names import CellKey, NamedByCell, closest, display_path
 from xisa.spec.cases import matches_kernel_filter
@@ -83,6 +84,8 @@ class Delta:
     # (field, base, head) for each launch fact that differs: `signature.x_ptr`, `constexprs.BLOCK`,
     # `attrs.x_ptr`, `options.num_warps`; a value absent on one side is None.
     binding: list[tuple[str, Any, Any]] = field(default_factory=list)
+    # The loops whose counts differ (`xisa.analyze.loops`), found only for a cell whose stream changed.
+    loops: list[LoopChange] = field(default_factory=list)
 
     @property
     def binding_changed(self) -> bool:
@@ -93,7 +96,8 @@ class Delta:
                 "histogram": [{"mnemonic": m, "base": b, "head": h} for m, b, h in self.histogram],
                 "resources": {k: list(v) for k, v in self.resources.items()},
                 "binding_changed": self.binding_changed,
-                "binding": [{"field": k, "base": b, "head": h} for k, b, h in self.binding]}
+                "binding": [{"field": k, "base": b, "head": h} for k, b, h in self.binding],
+                "loops": [change.to_json() for change in self.loops]}
 
 
 @dataclass
@@ -237,6 +241,18 @@ def source_line_changes(base: dict[str, Any], head_result: CellResult) -> list[L
     return line_changes(list(base["lines"]), list(head.lines))
 
 
+def changed_loops(golden: Golden, head_result: CellResult) -> list[LoopChange]:
+    """The loops that differ between a golden's stream and a compile's. A stream text that is no stream
+    (written by hand, not by xisa: its sha256 was checked against the golden's) has no loops to show;
+    the verdict does not depend on them."""
+    head = head_result.analysis
+    assert head is not None
+    try:
+        return loop_changes(analysis_loops(golden.analysis()), analysis_loops(head), backend_of_isa(head.isa))
+    except ParseError:
+        return []
+
+
 BINDING_SECTIONS = ("signature", "constexprs", "attrs")
 
 
@@ -316,6 +332,8 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                 if code_changed and not stream_changed:
                     verdict.message += ": the code bytes changed, the printed stream did not (inline-asm directives?)"
                 verdict.stages = stage_attribution(golden.data, result)
+                if stream_changed and golden.stream_text:
+                    delta.loops = changed_loops(golden, result)
                 verdict.lines = source_line_changes(golden.data, result)
         if verdict.expectations:
             verdict.verdict = EXPECT_FAILED

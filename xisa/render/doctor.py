@@ -21,6 +21,15 @@ def render_doctor_text(info: dict[str, Any]) -> str:
         if tool.get("version"):
             value += f", release {tool['version']}"
         rows.append((name, value if tool["found"] else f"missing: {value}"))
+    mca = info.get("llvm_mca") or {}
+    if mca.get("found"):
+        value = f"{mca['path']} (LLVM {mca['version']}): loop estimates (a model) for " + \
+            (", ".join(mca["models"]) or "none of the project's targets")
+        if mca["no_model"]:
+            value += f"; it does not know {', '.join(mca['no_model'])}"
+        rows.append(("llvm-mca", value))
+    else:
+        rows.append(("llvm-mca", "not found: no loop cost estimates (optional; Debian's llvm-20 or newer has one)"))
     pinned_set = sum(1 for v in info["pinned"].values() if v is not None)
     rows.append(("pinned knobs", f"{len(info['pinned'])} pinned ({pinned_set} set, "
                                  f"{len(info['pinned']) - pinned_set} unset)"))

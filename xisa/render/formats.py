@@ -20,6 +20,7 @@ from xisa.compile.result import CellResult
 from xisa.compile.toolchain import describe_toolchain
 from xisa.golden.ab import largest_resource_changes, target_summaries
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
+from xisa.names import CellKey
 
 
 def compile_payload(results: list[CellResult], failures: dict[str, list[Failure]], *, backends: set[str]) -> dict[str, Any]:
@@ -30,6 +31,28 @@ def compile_payload(results: list[CellResult], failures: dict[str, list[Failure]
         cells.append(entry)
     return {"schema": JSON_SCHEMA_VERSION, "kind": "compile", "toolchain": describe_toolchain(backends=backends),
             "cells": cells}
+
+
+def _estimate_json(said: Any) -> Any:
+    return said if isinstance(said, str) or said is None else said.to_json()
+
+
+def loops_payload(loops: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
+    """A cell's loops for JSON, each with llvm-mca's estimate (`estimate`: an object, a line why none, or null)."""
+    return [{**loop.to_json(), "where": loop.where, "estimate": _estimate_json(said)} for loop, said in loops]
+
+
+def render_loops_text(console: Console, found: dict[str, list[tuple[Any, Any]]], handlers: dict[str, Any]) -> None:
+    """`xisa compile --loops`: per cell its loops, their counts per iteration, and llvm-mca's estimate."""
+    for cell_id, loops in found.items():
+        handler = handlers[CellKey.parse(cell_id).target]
+        if not loops:
+            console.print(Text(f"{cell_id}: no loops"))
+        for loop, said in loops:
+            figures = ", ".join(f"{k} {v}" for k, v in loop.shown(handler).items())
+            console.print(Text(f"{cell_id}: {loop.where}: {figures}"))
+            if said is not None:
+                console.print(Text(f"  {said if isinstance(said, str) else said.text()}"))
 
 
 def _fmt_occupancy(res: dict[str, Any]) -> str:
@@ -312,6 +335,9 @@ def _check_header(counts: list[str], isa: str, *, code: bool) -> list[str]:
             "SHA-256", "verdict"]
 
 
+MARKDOWN_LOOPS = 3     # changed loops per cell in a PR comment; the HTML report has them all
+
+
 def render_markdown(report, *, counts: list[str], title: str, accept: list[str] | None = None) -> str:
     lines = [f"### {title}", "", f"**{summary_line(report)}**", "", f"_{judgement_line(report)}_", ""]
     if getattr(report, "sides", None):
@@ -349,6 +375,8 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                     lines.append(f"- `{v.kernel}:{v.case}` binding: {moved}")
                 if v.stages is not None:
                     lines.append(f"- `{v.kernel}:{v.case}` stages: {v.stages.phrase()}")
+                for change in (v.delta.loops[:MARKDOWN_LOOPS] if v.delta else ()):   # one short line per loop
+                    lines.append(f"- `{v.kernel}:{v.case}` {change.phrase(top=2)}")
                 if v.message and v.verdict in _EXPLAINED:
                     first, *rest = v.message.splitlines() or [""]
                     lines.append(f"- `{v.kernel}:{v.case}`: {first}")
@@ -423,6 +451,8 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
                                    + (f"; {top}" if top else "") + (f"; {res}" if res else "")))
                 for key, b, h in v.delta.binding:
                     console.print(Text(f"  binding {key}: {b} -> {h}"))
+                for change in v.delta.loops:
+                    console.print(Text(f"  {change.phrase()}"))
             if v.stages is not None:
                 console.print(Text(f"{v.id}: {v.stages.verdict_text()}"))
             if v.stages is not None:   # a changed cell: where its instructions changed, by source line

@@ -347,6 +347,7 @@ def source_table(v: CellVerdict, siblings: list[CellVerdict]) -> dict[str, Any] 
 
 
 def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None,
+               estimates: dict[tuple[str, str, str], str] | None = None,
                siblings: list[CellVerdict] | None = None) -> dict[str, Any]:
     base_n, head_n = _instructions(v)
     data: dict[str, Any] = {
@@ -363,6 +364,11 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None,
         "binding": [[key, b, h] for key, b, h in v.delta.binding] if v.delta else [],
         "stages": v.stages.verdict_text() if v.stages is not None else None,   # where the change started
         "source": source_table(v, siblings or [v]),   # per source line, every target; beside the diff
+        # The loops whose counts changed: [where, [[figure, base, head], ...], [[mnemonic, base, head], ...],
+        # llvm-mca's estimate of the head loop or null (`loop_estimates`)].
+        "loops": [[c.where, [[k, b, h] for k, (b, h) in c.figures.items()], [list(r) for r in c.histogram[:HISTOGRAM_ROWS]],
+                   (estimates or {}).get((v.id, c.head.function, c.head.header)) if c.head else None]
+                  for c in (v.delta.loops if v.delta else ())],
         "diff": None, "register_diff": None,
     }
     base_stream = v.base.stream_text if v.base else None
@@ -402,9 +408,11 @@ def _fmt_delta(base: int | None, head: int | None) -> str:
 
 
 def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: int | None = None,
-                exit_note: str = "", accept: list[str] | None = None) -> str:
+                exit_note: str = "", accept: list[str] | None = None,
+                loop_estimates: dict[tuple[str, str, str], str] | None = None) -> str:
     """`exit_code` is what the command exits with (the report's own verdict unless the command's
-    policy differs, as a comparison with --base does); `exit_note` says why, `accept` how to bless."""
+    policy differs, as a comparison with --base does); `exit_note` says why, `accept` how to bless;
+    `loop_estimates`: (cell id, function, header) -> llvm-mca's text for a changed loop (`xisa.compile.mca`)."""
     verdicts = list(report.verdicts)
     code = report.exit_code if exit_code is None else exit_code
     budget = _DiffBudget(PAGE_DIFF_ROWS)
@@ -522,7 +530,7 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: i
               + (f" <span class=\"muted\">— {_e(v.message.splitlines()[0])}</span>"
                  if v.message and v.verdict != SAME else "")
               + f"</summary><div class=\"body\"></div>"
-              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v, budget, siblings[(v.kernel, v.case)]))}</script>"
+              f"<script type=\"application/json\" class=\"cell-data\">{_json_blob(_cell_data(v, budget, loop_estimates, siblings[(v.kernel, v.case)]))}</script>"
               f"</details>\n")
         w("</details>\n")
 
@@ -658,6 +666,14 @@ function renderBinding(data){
   data.binding.forEach(function(r){var tr=t.insertRow();tr.className="moved";tr.appendChild(el("td",null,r[0]));
     tr.appendChild(el("td",null,r[1]===null?"(none)":JSON.stringify(r[1])));tr.appendChild(el("td",null,r[2]===null?"(none)":JSON.stringify(r[2])));});
   wrap.appendChild(t);return wrap;}
+function renderLoops(data){
+  var wrap=el("div");wrap.appendChild(el("div","muted","loops whose counts changed: golden vs head (a loop's counts include its inner loops)"));
+  data.loops.forEach(function(l){var t=el("table","res loop");var cap=t.createCaption();cap.textContent=l[0];
+    var h=t.insertRow();["per iteration","golden","head"].forEach(function(x){h.appendChild(el("th",null,x));});
+    l[1].concat(l[2]).forEach(function(r){var tr=t.insertRow();if(r[1]!==r[2])tr.className="moved";
+      tr.appendChild(el("td",null,r[0]));tr.appendChild(el("td",null,fmt(r[1])));tr.appendChild(el("td",null,fmt(r[2])));});
+    wrap.appendChild(t);if(l[3])wrap.appendChild(el("pre","muted",l[3]));});
+  return wrap;}
 function render(d){
   if(d.dataset.rendered)return;var data=dataOf(d);if(!data)return;d.dataset.rendered="1";
   var body=d.querySelector(".body");
@@ -674,6 +690,7 @@ function render(d){
   if(data.resources.length)cols.appendChild(renderResources(data));
   if(data.binding.length)cols.appendChild(renderBinding(data));
   if(data.verdict!=="same"&&(data.histogram.length||data.histogram_kind==="delta"))cols.appendChild(renderHistogram(data));
+  if(data.loops.length)cols.appendChild(renderLoops(data));
   body.appendChild(cols);
   var side=el("div","side-by-side");
   if(data.source)side.appendChild(renderSource(data.source));
