@@ -230,3 +230,20 @@ def test_the_pr_gate_comment_names_the_edited_line(run_xisa, project):
     assert gate.code == 1, gate.out + gate.err           # gfx942 changed outside the scope
     assert "| `kernels/scale.py:15` `y = x * factor - 1.0` | `scale:small` |" in gate.out
     assert gate.out.count("| source line | cell | instructions |") == 2   # one short table per changed target
+
+
+def test_a_loop_is_named_by_its_project_relative_source_line(run_xisa, project):
+    """The loop report reads each instruction's location (`Analysis.locs`): shown like the table's paths."""
+    write_files(project / "kernels", {
+        "acc.py": "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                  "def acc_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n    offsets = tl.arange(0, BLOCK)\n"
+                  "    acc = tl.zeros([BLOCK], dtype=tl.float32)\n    for start in range(0, n, BLOCK):\n"
+                  "        acc += tl.exp(tl.load(x_ptr + start + offsets))\n    tl.store(y_ptr + offsets, acc)\n",
+        "acc.yaml": "name: acc\nsource: acc.py\nfunction: acc_kernel\ntargets: [gfx942, sm_90]\ncases:\n  - name: c\n"
+                    "    args: {x_ptr: '*fp32', y_ptr: '*fp32', n: 4096}\n    constexprs: {BLOCK: 256}\n",
+    })
+    cells = _cells(run_xisa("compile", "--arch", ARCHS[0], "--arch", ARCHS[1], "--kernel", "acc", "--loops", "--json",
+                            cwd=project))
+    for arch in ARCHS:
+        loops = cells[f"acc:c@{arch}"]["loops"]
+        assert loops and all(loop["loc"] in ("kernels/acc.py:9", "kernels/acc.py:10") for loop in loops), loops
