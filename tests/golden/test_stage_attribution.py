@@ -154,7 +154,7 @@ def test_goldens_without_stages_compare_and_bless_as_before(run_xisa, blessed):
     recorded = run_xisa("bless", "--record-stages", "--arch", ARCH, cwd=blessed)
     assert recorded.code == 0, recorded.err
     unchanged_ids = sorted(set(cells) - set(changed_ids))
-    assert f"{len(unchanged_ids)} given stage fingerprints, 0 unchanged, {len(changed_ids)} left" in recorded.out
+    assert f"{len(unchanged_ids)} given stage fingerprints and source lines, 0 unchanged, {len(changed_ids)} left" in recorded.out
     for cell in changed_ids:
         assert f"left {cell}" in recorded.out
     after = _goldens(blessed)
@@ -181,7 +181,7 @@ def test_a_golden_whose_stages_alone_differ_is_same_and_not_rewritten_unless_ask
     plain = run_xisa("bless", "--arch", ARCH, cwd=blessed)
     assert plain.code == 0 and "0 written" in plain.out and yaml_path.read_bytes() == stale
     recorded = run_xisa("bless", "--record-stages", "--arch", ARCH, cwd=blessed)
-    assert recorded.code == 0 and "1 given stage fingerprints" in recorded.out
+    assert recorded.code == 0 and "1 given stage fingerprints and source lines" in recorded.out
     assert yaml.safe_load(yaml_path.read_text())["stages"] == true_stages
 
 

@@ -120,7 +120,8 @@ def bless(
                 out.print(f"recorded stages and source lines in {path}")
         for cell_id in outcome.left:
             out.print(f"left {cell_id}: its cell changed or has no golden (bless it without --record-stages)")
-        out.print(f"{len(outcome.stages_recorded)} given stage fingerprints, {len(outcome.unchanged)} unchanged, "
+        out.print(f"{len(outcome.stages_recorded)} given stage fingerprints and source lines, "
+                  f"{len(outcome.unchanged)} unchanged, "
                   f"{len(outcome.left)} left")
     else:
         out.print(f"{len(outcome.written)} written, {len(outcome.unchanged)} unchanged, {len(outcome.removed)} removed")
