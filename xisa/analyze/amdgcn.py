@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from xisa.analyze.codeobject import code_sha256
-from xisa.analyze.lines import attributed_location, count_by_line
+from xisa.analyze.lines import attributed_location, count_by_line, in_triton_library
 from xisa.analyze.model import Analysis, Block, Function, Instruction, Stream, histograms, parse_stream_text
 from xisa.errors import ParseError
 
@@ -300,6 +300,8 @@ def source_location(text: str, files: dict[str, str], comment: str = "") -> str 
     number, line = match.group(1), int(match.group(2))
     if not line or number not in files:
         return ""
+    if not in_triton_library(files[number]):   # the usual case: the chain cannot change the answer
+        return f"{files[number]}:{line}"
     frames = [(files[number], line)]
     _, inlined, chain = comment.partition("@[")
     if inlined:   # the callers, named as the `.file` table names its files (by name)
@@ -314,6 +316,7 @@ def _parse_function(lines: list[str], name: str, opaque: set[str],
     carries the source location of the last `.loc` before it (`Instruction.loc`)."""
     files = files or {}
     loc = ""
+    seen_locs: dict[str, str | None] = {}
     start = None
     for index, line in enumerate(lines):
         if line.startswith(f"{name}:"):
@@ -342,9 +345,11 @@ def _parse_function(lines: list[str], name: str, opaque: set[str],
                 continue
         if text.startswith("."):
             if not from_asm:
-                where = source_location(text, files, lines[index].partition(";")[2])
-                if where is not None:
-                    loc = where
+                if text.startswith(".loc"):
+                    raw = lines[index]
+                    if raw not in seen_locs:   # a kernel repeats few distinct `.loc` lines many times
+                        seen_locs[raw] = source_location(text, files, raw.partition(";")[2])
+                    loc = seen_locs[raw] if seen_locs[raw] is not None else loc
                 continue  # LLVM's own directives: .loc, .file, .cfi_*, .p2align, .section ...
             word, argument = _directive(text)
             blocks[-1].instructions.append(Instruction(word, word, _normalize_operands(argument), index + 1, loc=loc))

@@ -37,6 +37,10 @@ Row = dict[str, Any]
 _TRITON_LIBRARY = re.compile(r"(?:^|/)triton/language/")
 
 
+def in_triton_library(path: str) -> bool:
+    return bool(_TRITON_LIBRARY.search(path))
+
+
 def attributed_location(frames: list[tuple[str, int]]) -> str:
     """`FILE:LINE` of an instruction whose inlining chain is `frames` (innermost first; line 0: no line): the
     innermost frame outside Triton's library (the innermost frame when all are), or "" for none."""

@@ -96,8 +96,14 @@ class SourceFiles:
         self.folders = [*sorted(packages, key=lambda p: -len(p.parts)), *self.roots,
                         *sorted(entries, key=lambda p: -len(p.parts))]
         self.texts: dict[str, list[str]] = {}
+        self.shown: dict[str, str] = {}
 
     def path_of(self, path: str) -> str:
+        if path not in self.shown:   # asked once per instruction (`location`): each path is worked out once
+            self.shown[path] = self._path_of(path)
+        return self.shown[path]
+
+    def _path_of(self, path: str) -> str:
         file = Path(path)
         if not file.is_absolute():
             return file.as_posix()
