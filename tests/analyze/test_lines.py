@@ -167,3 +167,14 @@ def test_duplicate_line_texts_pair_in_order():
     head = [_row("k.py:6", "acc += 1", v_add=1), _row("k.py:10", "acc += 1", v_add=4)]
     (change,) = line_changes(base, head)
     assert (change.base_loc, change.head_loc, change.delta) == ("k.py:9", "k.py:10", 2)
+
+
+def test_the_edited_line_comes_before_larger_lines_the_compiler_only_traded_instructions_between():
+    # The edit adds 2 v_mul on line 13; the scheduler also moved 3 s_mov from line 9 to line 7 (net zero).
+    head = [_row("k.py:7", "offsets = a + b", v_add=3, s_mov=3), _row("k.py:9", "x = tl.load(p)", buffer_load=1,
+            v_and=2, s_mov=0), _row("k.py:13", "y = x * f * g", v_mul=3), BASE[3], BASE[4]]
+    base = [BASE[0], _row("k.py:9", "x = tl.load(p)", buffer_load=1, v_and=2, s_mov=3), *BASE[2:]]
+    changes = line_changes(base, head)
+    assert [c.head_loc for c in changes] == ["k.py:13", "k.py:7", "k.py:9"]
+    assert [c.explains for c in changes] == [2, 0, 0]
+    assert changes[1].size == changes[2].size == 3 > changes[0].size

@@ -113,7 +113,7 @@ def test_an_edit_inside_the_loop_is_reported_in_that_loop_and_breaks_the_loop_ex
     text = _check(run_xisa, loopproj, "--scope", "*")
     assert "loop at" in text.out and "(depth 1): instructions" in text.out
     md = _check(run_xisa, loopproj, "--scope", "*", "--format", "markdown")
-    assert "`acc:f32` loop at" in md.out
+    assert "| `acc:f32` | loop at kernels/loops.py:" in md.out
 
 
 def test_an_edit_after_the_loop_changes_the_cell_but_no_loop(run_xisa, loopproj):

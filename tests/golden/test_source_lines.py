@@ -114,7 +114,7 @@ def test_an_edit_at_a_known_line_is_attributed_to_that_line_on_amd_and_nvidia(ru
         assert f"scale:small@{arch}: by source line:" in text.out
     assert f"kernels/scale.py:{edited_at} (was :13) `y = x * factor - 1.0`: " in text.out
     markdown = run_xisa("check", *SELECT, "--format", "markdown", cwd=project)
-    assert f"| `kernels/scale.py:{edited_at}` `y = x * factor - 1.0` | `scale:small` |" in markdown.out
+    assert f"| `scale:small` | `kernels/scale.py:{edited_at}` `y = x * factor - 1.0` |" in markdown.out
     page = project / "report.html"
     assert run_xisa("report", "--html", str(page), *SELECT, cwd=project).code == 1
     blobs = {b["id"]: b for b in (json.loads(x) for x in re.findall(r'class="cell-data">(.*?)</script>',
@@ -228,8 +228,8 @@ def test_the_pr_gate_comment_names_the_edited_line(run_xisa, project):
     source.write_text(source.read_text().replace(EDITED, "        y = x * factor - 1.0\n"))
     gate = run_xisa("diff", "--base", "main", "--scope", "sm_90", cwd=project)
     assert gate.code == 1, gate.out + gate.err           # gfx942 changed outside the scope
-    assert "| `kernels/scale.py:15` `y = x * factor - 1.0` | `scale:small` |" in gate.out
-    assert gate.out.count("| source line | cell | instructions |") == 2   # one short table per changed target
+    assert "| `scale:small` | `kernels/scale.py:15` `y = x * factor - 1.0` |" in gate.out
+    assert gate.out.count("| cell | where | change |") == 2   # one short table per changed target
 
 
 def test_a_loop_is_named_by_its_project_relative_source_line(run_xisa, project):

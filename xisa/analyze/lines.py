@@ -109,6 +109,10 @@ class LineChange:
     base_count: int
     head_count: int
     histogram: list[tuple[str, int, int]] = field(default_factory=list)   # (mnemonic, base, head), largest first
+    # How many of the cell's net added or removed instructions this line's change accounts for (per mnemonic,
+    # the part of its change in the direction of the cell's net change). A line the compiler only traded
+    # instructions with another line (one -2 s_mov, the other +2) explains none: a reviewer wants the edit first.
+    explains: int = 0
 
     @property
     def loc(self) -> str:
@@ -139,7 +143,7 @@ class LineChange:
 
     def to_json(self) -> dict[str, Any]:
         return {"loc": self.loc, "base_loc": self.base_loc, "head_loc": self.head_loc, "text": self.text,
-                "base": self.base_count, "head": self.head_count, "delta": self.delta,
+                "base": self.base_count, "head": self.head_count, "delta": self.delta, "explains": self.explains,
                 "histogram": [{"mnemonic": m, "base": b, "head": h} for m, b, h in self.histogram]}
 
 
@@ -173,7 +177,8 @@ def match_rows(base: list[Row], head: list[Row]) -> list[tuple[Row | None, Row |
 
 
 def line_changes(base: list[Row], head: list[Row]) -> list[LineChange]:
-    """The source lines whose instruction counts differ, the largest change first."""
+    """The source lines whose instruction counts differ: first those that explain most of the cell's net
+    change, then the largest (instructions merely moved between lines, e.g. by the scheduler, come last)."""
     changes = []
     for old, new in match_rows(base, head):
         old_hist: Mapping[str, int] = old["histogram"] if old else {}
@@ -185,5 +190,12 @@ def line_changes(base: list[Row], head: list[Row]) -> list[LineChange]:
         changes.append(LineChange(base_loc=old["loc"] if old else None, head_loc=new["loc"] if new else None,
                                   text=(new or old or {}).get("text", ""), base_count=int(old["count"]) if old else 0,
                                   head_count=int(new["count"]) if new else 0, histogram=hist))
-    changes.sort(key=lambda c: (-c.size, -abs(c.delta), c.loc))
+    net: Counter = Counter()
+    for change in changes:
+        for m, b, h in change.histogram:
+            net[m] += h - b
+    for change in changes:
+        change.explains = sum(min(abs(h - b), abs(net[m])) for m, b, h in change.histogram
+                              if (h - b) * net[m] > 0)
+    changes.sort(key=lambda c: (-c.explains, -c.size, -abs(c.delta), c.loc))
     return changes

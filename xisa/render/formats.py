@@ -375,14 +375,12 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                     lines.append(f"- `{v.kernel}:{v.case}` binding: {moved}")
                 if v.stages is not None:
                     lines.append(f"- `{v.kernel}:{v.case}` stages: {v.stages.phrase()}")
-                for change in (v.delta.loops[:MARKDOWN_LOOPS] if v.delta else ()):   # one short line per loop
-                    lines.append(f"- `{v.kernel}:{v.case}` {change.phrase(top=2)}")
                 if v.message and v.verdict in _EXPLAINED:
                     first, *rest = v.message.splitlines() or [""]
                     lines.append(f"- `{v.kernel}:{v.case}`: {first}")
                     if rest:
                         lines += ["", "  ```", *(f"  {line}" for line in rest), "  ```"]
-            lines += _markdown_line_table(rows)
+            lines += _markdown_where_table(rows)
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -393,19 +391,23 @@ MARKDOWN_LINE_ROWS = 3
 TEXT_LINE_ROWS = 10
 
 
-def _markdown_line_table(rows) -> list[str]:
-    """The largest source-line changes of a target's changed cells, as a short table."""
+def _markdown_where_table(rows) -> list[str]:
+    """Where a target's changed cells changed, as one short table: the changed loops (at most
+    MARKDOWN_LOOPS per cell), then the source lines that explain the most of the change (MARKDOWN_LINE_ROWS
+    for the target); the rest is in the HTML report."""
+    table = ["", "| cell | where | change |", "|---|---|---|"]
+    for v in rows:
+        for change in (v.delta.loops[:MARKDOWN_LOOPS] if v.delta else ()):
+            where, _, what = change.phrase(top=2).partition(": ")
+            table.append(f"| `{v.kernel}:{v.case}` | {_md_cell(where)} | {_md_cell(what)} |")
     changes = [(v, c) for v in rows if v.lines for c in v.lines]
-    if not changes:
-        return []
-    changes.sort(key=lambda vc: (-vc[1].size, vc[1].loc, vc[0].id))
-    table = ["", "| source line | cell | instructions |", "|---|---|---|"]
+    changes.sort(key=lambda vc: (-vc[1].explains, -vc[1].size, vc[1].loc, vc[0].id))
     for v, change in changes[:MARKDOWN_LINE_ROWS]:
         text = f" `{_md_code(change.text)}`" if change.text else ""
-        table.append(f"| `{change.loc}`{text} | `{v.kernel}:{v.case}` | {_md_cell(change.summary())} |")
+        table.append(f"| `{v.kernel}:{v.case}` | `{change.loc}`{text} | {_md_cell(change.summary())} |")
     if len(changes) > MARKDOWN_LINE_ROWS:
-        table.append(f"| … {len(changes) - MARKDOWN_LINE_ROWS} more source lines (HTML report) | | |")
-    return table
+        table.append(f"| | … {len(changes) - MARKDOWN_LINE_ROWS} more source lines (HTML report) | |")
+    return table if len(table) > 3 else []
 
 
 def _md_code(text: str, limit: int = 60) -> str:
