@@ -174,22 +174,44 @@ def test_a_golden_without_the_table_checks_is_not_rewritten_and_record_stages_ad
         assert yaml.safe_load(yaml_path.read_text())["lines"]
 
 
-def test_a_hand_broken_table_is_a_golden_error_and_one_that_no_longer_adds_up_is_unknown(run_xisa, project):
+def test_a_broken_table_is_never_read_for_an_unchanged_cell_unknown_for_a_changed_one_and_repaired_by_bless(
+        run_xisa, project):
     yaml_path, _ = golden_paths(project / "golden", "scale", "small", "gfx942")
+    sm90_path, _ = golden_paths(project / "golden", "scale", "small", "sm_90")
     data = yaml.safe_load(yaml_path.read_text())
-    data["lines"][0]["count"] += 1                       # its histogram no longer adds up to it
+    data["lines"][0]["count"] += 1                       # its histogram no longer adds up to it: malformed
     yaml_path.write_text(dump_yaml(data))
-    broken = run_xisa("check", *SELECT, cwd=project)
-    assert broken.code == 2 and "lines" in broken.out + broken.err and "hand-edited" in broken.out + broken.err
-    data["lines"][0]["histogram"][next(iter(data["lines"][0]["histogram"]))] += 1   # the row consistent again
-    yaml_path.write_text(dump_yaml(data))
+    sm90 = yaml.safe_load(sm90_path.read_text())
+    sm90["lines"][0]["count"] += 1                       # a consistent row, but the table no longer adds up
+    sm90["lines"][0]["histogram"][next(iter(sm90["lines"][0]["histogram"]))] += 1
+    sm90_path.write_text(dump_yaml(sm90))
+    # A byte-identical check reads no source-line table (a warm check costs what it did without them).
+    unchanged = run_xisa("check", *SELECT, cwd=project)
+    assert unchanged.code == 0, unchanged.out + unchanged.err
     source = project / "kernels" / "scale.py"
     source.write_text(source.read_text().replace(EDITED, "        y = x * factor - 1.0\n"))
     changed = run_xisa("check", *SELECT, "--format", "json", cwd=project)
     assert changed.code == 1, changed.err
     cells = _cells(changed)
-    assert cells["scale:small@gfx942"]["line_changes"] is None      # the table no longer describes the golden
-    assert cells["scale:small@sm_90"]["line_changes"]
+    assert cells["scale:small@gfx942"]["line_changes"] is None      # malformed: attribution unknown, no error
+    assert cells["scale:small@sm_90"]["line_changes"] is None       # no longer describes the golden
+    source.write_text(source.read_text().replace("        y = x * factor - 1.0\n", EDITED))
+    blessed = run_xisa("bless", *SELECT, cwd=project)      # the malformed golden is rewritten, the stale kept
+    assert blessed.code == 0 and "1 written, 1 unchanged" in blessed.out, blessed.out + blessed.err
+    assert yaml.safe_load(sm90_path.read_text()) == sm90
+    recorded = run_xisa("bless", "--record-stages", *SELECT, cwd=project)   # which refreshes the stale table
+    assert recorded.code == 0, recorded.out + recorded.err
+    for path in (yaml_path, sm90_path):
+        rows = yaml.safe_load(path.read_text())["lines"]
+        assert sum(r["count"] for r in rows) == yaml.safe_load(path.read_text())["instructions"]
+        assert all(sum(r["histogram"].values()) == r["count"] for r in rows)
+
+
+def test_a_second_lines_block_is_a_golden_error(run_xisa, project):
+    yaml_path, _ = golden_paths(project / "golden", "scale", "small", "gfx942")
+    yaml_path.write_text(yaml_path.read_text() + "lines: []\n")   # a second top-level `lines:`
+    broken = run_xisa("check", *SELECT, cwd=project)
+    assert broken.code == 2 and "lines" in broken.out + broken.err
 
 
 def test_moving_the_checkout_changes_no_golden(run_xisa, project, tmp_path):

@@ -99,7 +99,7 @@ def _bless_locked(results: list[CellResult], outcome: BlessOutcome, show, *, gol
                     # older layout (with the bless command) is rewritten once.
                     kept, _ = render_golden(result, toolchain=toolchains[result.target], stream_file=stream_files,
                                             stages=golden.data.get("stages") or {},
-                                            lines=golden.data.get("lines") or [])
+                                            lines=golden.source_lines() or [])
                     unchanged_cell = current == kept and (stream_text is not None) == stream_path.exists()
                 except (OSError, GoldenError):
                     pass

@@ -19,7 +19,7 @@ import re
 import signal
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +37,37 @@ _REQUIRED = {"format": str, "toolchain": dict, "kernel": str, "case": str, "targ
              "binding": dict, "options": dict, "sha256": str, "instructions": int, "blocks": int, "isa": str,
              "histogram": dict, "base_histogram": dict, "classes": dict, "resources": dict}
 _CONFLICT = re.compile(r"^(<{7}|={7}|>{7})( |$)", re.MULTILINE)
+# The top-level `lines:` key and its block (items `- ` at column 0, their fields indented), as `dump_yaml` writes it.
+_LINES_BLOCK = re.compile(r"^lines:.*\n(?:[ -].*\n)*", re.MULTILINE)
 PENDING_SUFFIX = ".pending"
 
 
 @dataclass
 class Golden:
     path: Path
-    data: dict[str, Any]
+    data: dict[str, Any]              # everything but the source-line table
     stream_text: str | None
+    # The `lines:` block's YAML text, parsed only when asked (`source_lines`): a changed cell's attribution
+    # and bless need it, a byte-identical check does not, and parsing it would double a warm check's reads.
+    lines_text: str | None = None
+    display: str = ""
+    _lines: list[dict[str, Any]] | None = field(default=None, repr=False)
 
     @property
     def toolchain(self) -> dict[str, str]:
         return self.data["toolchain"]
+
+    def source_lines(self) -> list[dict[str, Any]] | None:
+        """The golden's source-line table (`lines:`), or None when it has none (blessed before xisa recorded
+        them). A malformed table is this golden's error."""
+        if self._lines is None and self.lines_text is not None:
+            rows = parse_yaml(self.lines_text, path=self.display, error=GoldenError).get("lines")
+            if not _valid_lines(rows):
+                raise GoldenError("not a list of source lines (loc, text, count, histogram: the histogram adding up "
+                                  "to the count) (hand-edited?)", path=self.display, field="lines",
+                                  fix="restore it from git, or delete the `lines:` block (it is optional)")
+            self._lines = rows
+        return self._lines
 
     def analysis(self) -> Analysis:
         return Analysis.from_record(self.data, self.stream_text or "")
@@ -124,7 +143,11 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
         line = text.count("\n", 0, conflict.start()) + 1
         raise GoldenError(f"merge conflict markers at line {line}", path=display,
                           fix="resolve the conflict, or run `xisa bless` for this cell and review the result")
-    data = parse_yaml(text, path=display, error=GoldenError)
+    blocks = _LINES_BLOCK.findall(text)
+    if len(blocks) > 1:
+        raise GoldenError("duplicate key `lines`", path=display, field="lines", fix="restore it from git or re-bless")
+    lines_text = blocks[0] if blocks else None
+    data = parse_yaml(_LINES_BLOCK.sub("", text) if blocks else text, path=display, error=GoldenError)
     if not isinstance(data, dict):
         raise GoldenError("not a golden mapping (truncated or hand-edited?)", path=display, fix="restore it or re-bless")
     if data.get("format") != FORMAT:
@@ -152,13 +175,6 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
     if sum(v for v in data["histogram"].values() if isinstance(v, int)) != data["instructions"]:
         raise GoldenError("histogram does not add up to `instructions` (hand-edited?)", path=display,
                           field="histogram", fix="restore it from git or re-bless")
-    source_lines = data.get("lines")   # absent in goldens blessed before xisa recorded them
-    # A table that no longer adds up to `instructions` (a hand-edited count, another analyzer's golden) is not
-    # an error: it is a side table, and a changed cell's attribution then says it is unknown.
-    if source_lines is not None and not _valid_lines(source_lines):
-        raise GoldenError("not a list of source lines (loc, text, count, histogram: the histogram adding up to the "
-                          "count) (hand-edited?)", path=display, field="lines",
-                          fix="restore it from git, or delete the `lines:` block (it is optional)")
     stream_text = None
     if data.get("stream"):
         stream_display = str(Path(display).with_name(stream_path.name))
@@ -172,7 +188,7 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
         if hashlib.sha256(stream_text.encode("utf-8")).hexdigest() != data["sha256"]:
             raise GoldenError(f"stream file disagrees with the SHA-256 in {Path(display).name}", path=stream_display,
                               fix="restore both files from git or re-bless")
-    return Golden(path=path, data=data, stream_text=stream_text)
+    return Golden(path=path, data=data, stream_text=stream_text, lines_text=lines_text, display=display)
 
 
 def _valid_lines(rows: Any) -> bool:

@@ -329,7 +329,7 @@ def source_table(v: CellVerdict, siblings: list[CellVerdict]) -> dict[str, Any] 
     texts: dict[str, str] = {}
     for sibling in siblings:
         rows = sibling.head.analysis.lines if sibling.head and sibling.head.analysis else \
-            (sibling.base.data.get("lines") or [] if sibling.base else [])
+            (sibling.base.source_lines() or [] if sibling.base else [])
         for row in rows:
             counts.setdefault(row["loc"], {})[sibling.target] = int(row["count"])
             texts.setdefault(row["loc"], row["text"])
