@@ -64,8 +64,9 @@ class CellResult(NamedByCell):
             "error": self.error, "error_kind": self.error_kind,
             "analysis": self.analysis.to_record() if self.analysis else None,
             "stream": self.analysis.stream_text if self.analysis else "",
-            # source lines, outside the record; none kept where the line information gave none
-            "locs": list(self.analysis.locs) if self.analysis and any(self.analysis.locs) else [],
+            # source lines, outside the record, as runs [loc, count] in stream order (neighbours share a line:
+            # ~40x smaller than a loc per instruction, which a warm check would read for every cell)
+            "loc_runs": _runs(self.analysis.locs) if self.analysis and any(self.analysis.locs) else [],
             "binding": self.binding, "options": self.options, "seconds": self.seconds,
         }
 
@@ -73,7 +74,17 @@ class CellResult(NamedByCell):
     def from_cache(cls, data: dict[str, Any]) -> "CellResult":
         analysis = Analysis.from_record(data["analysis"], data["stream"]) if data.get("analysis") else None
         if analysis is not None:
-            analysis.locs = list(data.get("locs") or [])
+            analysis.locs = [loc for loc, count in data.get("loc_runs") or [] for _ in range(count)]
         return cls(kernel=data["kernel"], case=data["case"], target=data["target"], status=data["status"],
                    error=data["error"], error_kind=data.get("error_kind"), analysis=analysis,
                    binding=data["binding"], options=data["options"], seconds=data["seconds"], cached=True)
+
+
+def _runs(items: list[str]) -> list[list[Any]]:
+    runs: list[list[Any]] = []
+    for item in items:
+        if runs and runs[-1][0] == item:
+            runs[-1][1] += 1
+        else:
+            runs.append([item, 1])
+    return runs
