@@ -178,3 +178,18 @@ def test_the_edited_line_comes_before_larger_lines_the_compiler_only_traded_inst
     assert [c.head_loc for c in changes] == ["k.py:13", "k.py:7", "k.py:9"]
     assert [c.explains for c in changes] == [2, 0, 0]
     assert changes[1].size == changes[2].size == 3 > changes[0].size
+
+
+def test_an_edited_line_next_to_a_line_that_lost_all_its_instructions_stays_one_row():
+    # line 13 edited in place, line 14 no longer has instructions: a replaced run of unequal length
+    head = [BASE[0], BASE[1], _row("k.py:13", "y = x * f * 0.5", v_mul=2), BASE[4]]
+    changes = line_changes(BASE, head)
+    assert sorted((c.base_loc, c.head_loc) for c in changes) == [("k.py:13", "k.py:13"), ("k.py:14", None)]
+
+
+def test_waits_and_delay_hints_do_not_rank_a_line_first():
+    base = [_row("k.py:5", "a = tl.load(p)", s_delay_alu=1, v_and=1), _row("k.py:9", "acc = acc * 0.5", v_mul=1)]
+    head = [_row("k.py:5", "a = tl.load(p)", s_delay_alu=40, v_and=1), _row("k.py:9", "acc = acc * 0.5", v_mul=3)]
+    assert [c.head_loc for c in line_changes(base, head)] == ["k.py:5", "k.py:9"]        # the hints counted
+    ranked = line_changes(base, head, is_filler=lambda m: m == "s_delay_alu")
+    assert [c.head_loc for c in ranked] == ["k.py:9", "k.py:5"] and ranked[1].explains == 0

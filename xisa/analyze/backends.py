@@ -85,6 +85,9 @@ class Backend:
     torch_build: str                           # the `torch.version` attribute a torch built for it sets
     device_arch: Callable[[Any], str]          # a torch device's properties -> the arch `device.match` globs
     classify: Callable[[str], str]             # a mnemonic -> its instruction class (one of `classes`)
+    # Classes of scheduling filler (waits, delay and nop hints) that a source-line ranking does not count: the
+    # compiler hangs them on whichever line is nearby, so they say where the scheduler moved, not what changed.
+    filler_classes: frozenset[str]
     # For the loop analysis (`xisa.analyze.loops`): how control leaves an instruction (`loops.FLOWS`),
     # whether it reads or writes scratch/local memory ("load", "store", None), and the stream of a
     # normalized stream text (a golden's `.isa`).
@@ -193,7 +196,8 @@ AMD = Backend(
     toolchain_keys=("amd_codegen",),
     torch_build="hip",
     device_arch=lambda props: base_gcn_arch(str(getattr(props, "gcnArchName", "") or "")),
-    classify=amdgcn.classify, flow=amdgcn.flow, scratch_access=amdgcn.scratch_access,
+    classify=amdgcn.classify, filler_classes=frozenset({"program", "wait"}),
+    flow=amdgcn.flow, scratch_access=amdgcn.scratch_access,
     stream_from_text=amdgcn.stream_from_text,
     mca_triple="amdgcn-amd-amdhsa",
     _analyze=_analyze_amdgcn,
@@ -229,7 +233,8 @@ NVIDIA = Backend(
     toolchain_keys=("ptxas",),
     torch_build="cuda",
     device_arch=lambda props: f"{props.major}.{props.minor}",     # the compute capability
-    classify=sass.classify, flow=sass.flow, scratch_access=sass.scratch_access,
+    classify=sass.classify, filler_classes=frozenset(),   # ptxas writes no wait or delay instructions
+    flow=sass.flow, scratch_access=sass.scratch_access,
     stream_from_text=sass.stream_from_text,
     mca_triple=None,          # LLVM has no model of NVIDIA's SASS (its NVPTX backend stops at PTX)
     _analyze=_analyze_sass,

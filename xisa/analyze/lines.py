@@ -149,8 +149,8 @@ class LineChange:
 
 def match_rows(base: list[Row], head: list[Row]) -> list[tuple[Row | None, Row | None]]:
     """Pairs of rows that are the same source line on both sides: per file, the rows in line order matched by
-    their text (a sequence diff), a replaced run paired in order (an edited line stays itself); the no-line
-    rows together. A row with no partner is paired with None."""
+    their text (a sequence diff), a replaced run paired in order, or by line number where the runs differ in
+    length (an edited line stays itself); the no-line rows together. A row with no partner is paired with None."""
     def by_file(rows: list[Row]) -> dict[str, list[Row]]:
         files: dict[str, list[Row]] = {}
         for row in rows:
@@ -170,15 +170,19 @@ def match_rows(base: list[Row], head: list[Row]) -> list[tuple[Row | None, Row |
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
                 pairs.extend(zip(old[i1:i2], new[j1:j2]))
-            else:
-                pairs.extend((row, None) for row in old[i1:i2])
-                pairs.extend((None, row) for row in new[j1:j2])
+            else:   # runs of unequal length: a row keeps the partner at its own line number (edited in place)
+                unpaired = {row["loc"]: row for row in new[j1:j2]}
+                pairs.extend((row, unpaired.pop(row["loc"], None)) for row in old[i1:i2])
+                pairs.extend((None, row) for row in unpaired.values())
     return pairs
 
 
-def line_changes(base: list[Row], head: list[Row]) -> list[LineChange]:
+def line_changes(base: list[Row], head: list[Row], *,
+                 is_filler: Callable[[str], bool] = lambda mnemonic: False) -> list[LineChange]:
     """The source lines whose instruction counts differ: first those that explain most of the cell's net
-    change, then the largest (instructions merely moved between lines, e.g. by the scheduler, come last)."""
+    change, then the largest (instructions merely moved between lines, e.g. by the scheduler, come last).
+    `is_filler`: mnemonics the ranking does not count (waits and delay hints, which the scheduler hangs on
+    any nearby line); they are still listed."""
     changes = []
     for old, new in match_rows(base, head):
         old_hist: Mapping[str, int] = old["histogram"] if old else {}
@@ -196,6 +200,6 @@ def line_changes(base: list[Row], head: list[Row]) -> list[LineChange]:
             net[m] += h - b
     for change in changes:
         change.explains = sum(min(abs(h - b), abs(net[m])) for m, b, h in change.histogram
-                              if (h - b) * net[m] > 0)
+                              if (h - b) * net[m] > 0 and not is_filler(m))
     changes.sort(key=lambda c: (-c.explains, -c.size, -abs(c.delta), c.loc))
     return changes

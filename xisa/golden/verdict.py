@@ -243,7 +243,9 @@ def source_line_changes(golden: Golden, head_result: CellResult) -> list[LineCha
         return None
     if not base_lines or not head.lines or total(base_lines) != golden.data["instructions"]:
         return None
-    return line_changes(list(base_lines), list(head.lines))
+    handler = backend_of_isa(head.isa)
+    return line_changes(list(base_lines), list(head.lines),
+                        is_filler=lambda mnemonic: handler.classify(mnemonic) in handler.filler_classes)
 
 
 def changed_loops(golden: Golden, head_result: CellResult) -> list[LoopChange]:
