@@ -193,3 +193,13 @@ def test_waits_and_delay_hints_do_not_rank_a_line_first():
     assert [c.head_loc for c in line_changes(base, head)] == ["k.py:5", "k.py:9"]        # the hints counted
     ranked = line_changes(base, head, is_filler=lambda m: m == "s_delay_alu")
     assert [c.head_loc for c in ranked] == ["k.py:9", "k.py:5"] and ranked[1].explains == 0
+
+
+def test_the_line_whose_text_changed_comes_first_even_when_other_lines_moved_more():
+    # A one-instruction edit on line 13; the register allocator's ripple adds 3 v_and on line 9 (text unchanged).
+    head = [BASE[0], _row("k.py:9", "x = tl.load(p)", buffer_load=1, v_and=5), _row("k.py:13", "y = x * f * 0.5",
+            v_mul=2), BASE[3], BASE[4]]
+    changes = line_changes(BASE, head)
+    assert [(c.head_loc, c.edited) for c in changes] == [("k.py:13", True), ("k.py:9", False)]
+    assert changes[1].explains > changes[0].explains      # ranked first for its edit, not its size
+    assert changes[0].to_json()["edited"] is True

@@ -259,3 +259,18 @@ def test_a_real_golden_with_scratch_in_its_loop_fails_loop_scratch():
     assert golden.data["resources"]["scratch_bytes"] > 0 and any(loop.scratch for loop in loops)
     (failure,) = evaluate(expectations({"loop:scratch": 0}), "gfx1100", analysis)
     assert failure.actual == max(loop.scratch for loop in loops)
+
+
+def test_a_loop_is_named_by_its_for_line_when_the_back_edge_carries_the_last_body_line():
+    # As ptxas for sm_100+ writes it: the back-edge branch has the last statement's line, the counter the `for`'s.
+    stream = AMD.stream_from_text(ONE_LOOP)
+    locs = ["g.py:2", "g.py:5", "g.py:5", "g.py:6", "g.py:6", "g.py:4", "g.py:4", "g.py:6", "g.py:9", "g.py:9"]
+    named = stream_with_locs(stream, locs)
+    texts = {"g.py:2": "acc = 0", "g.py:4": "for k in range(0, K, BLOCK):", "g.py:5": "a = tl.load(p)",
+             "g.py:6": "acc = tl.dot(a, b, acc)", "g.py:9": "tl.store(q, acc)"}
+    assert find_loops(named, AMD)[0].loc == "g.py:6"                # without texts: the back edge's line
+    assert find_loops(named, AMD, texts)[0].loc == "g.py:4"         # with them: the loop statement
+    while_texts = {**texts, "g.py:4": "while k < K:"}
+    assert find_loops(named, AMD, while_texts)[0].loc == "g.py:4"
+    no_statement = {**texts, "g.py:4": "k += BLOCK"}                 # no loop statement in the loop: as before
+    assert find_loops(named, AMD, no_statement)[0].loc == "g.py:6"

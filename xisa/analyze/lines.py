@@ -113,6 +113,9 @@ class LineChange:
     # the part of its change in the direction of the cell's net change). A line the compiler only traded
     # instructions with another line (one -2 s_mov, the other +2) explains none: a reviewer wants the edit first.
     explains: int = 0
+    # The line's own text differs between the sides (paired rows): the line the author edited. Such lines
+    # come first; a one-instruction edit otherwise hides behind the register allocator's ripples elsewhere.
+    edited: bool = False
 
     @property
     def loc(self) -> str:
@@ -144,6 +147,7 @@ class LineChange:
     def to_json(self) -> dict[str, Any]:
         return {"loc": self.loc, "base_loc": self.base_loc, "head_loc": self.head_loc, "text": self.text,
                 "base": self.base_count, "head": self.head_count, "delta": self.delta, "explains": self.explains,
+                "edited": self.edited,
                 "histogram": [{"mnemonic": m, "base": b, "head": h} for m, b, h in self.histogram]}
 
 
@@ -179,8 +183,9 @@ def match_rows(base: list[Row], head: list[Row]) -> list[tuple[Row | None, Row |
 
 def line_changes(base: list[Row], head: list[Row], *,
                  is_filler: Callable[[str], bool] = lambda mnemonic: False) -> list[LineChange]:
-    """The source lines whose instruction counts differ: first those that explain most of the cell's net
-    change, then the largest (instructions merely moved between lines, e.g. by the scheduler, come last).
+    """The source lines whose instruction counts differ: the edited ones (text changed) first, then those that
+    explain most of the cell's net change, then the largest (instructions merely moved between lines, e.g. by
+    the scheduler, come last).
     `is_filler`: mnemonics the ranking does not count (waits and delay hints, which the scheduler hangs on
     any nearby line); they are still listed."""
     changes = []
@@ -193,7 +198,8 @@ def line_changes(base: list[Row], head: list[Row], *,
             continue
         changes.append(LineChange(base_loc=old["loc"] if old else None, head_loc=new["loc"] if new else None,
                                   text=(new or old or {}).get("text", ""), base_count=int(old["count"]) if old else 0,
-                                  head_count=int(new["count"]) if new else 0, histogram=hist))
+                                  head_count=int(new["count"]) if new else 0, histogram=hist,
+                                  edited=bool(old and new and old.get("text") != new.get("text"))))
     net: Counter = Counter()
     for change in changes:
         for m, b, h in change.histogram:
@@ -201,5 +207,5 @@ def line_changes(base: list[Row], head: list[Row], *,
     for change in changes:
         change.explains = sum(min(abs(h - b), abs(net[m])) for m, b, h in change.histogram
                               if (h - b) * net[m] > 0 and not is_filler(m))
-    changes.sort(key=lambda c: (-c.explains, -c.size, -abs(c.delta), c.loc))
+    changes.sort(key=lambda c: (not c.edited, -c.explains, -c.size, -abs(c.delta), c.loc))
     return changes

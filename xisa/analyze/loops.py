@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -155,10 +156,26 @@ def natural_loops(blocks: list[Block], handler: Backend) -> list[tuple[str, set[
     return sorted(bodies.items(), key=lambda item: position[item[0]])
 
 
-def loop_loc(body: list[Instruction], latch_branches: list[Instruction]) -> str:
-    """A loop's source line: the location of its back-edge branch (the compiler gives the loop's compare
-    and branch the `for` statement's line), else the most frequent location in its body (first seen wins a
-    tie), else "". The branch's own line names the loop itself, not whichever statement fills its body."""
+# A Python loop statement (`for k in range(...)`, `for k in tl.range(...)`, `while ...:`): the line a loop
+# is named by when the line information's texts are known.
+_LOOP_STATEMENT = re.compile(r"^(?:for|while)\b")
+
+
+def loop_loc(body: list[Instruction], latch_branches: list[Instruction],
+             texts: Mapping[str, str] | None = None) -> str:
+    """A loop's source line. With the lines' texts (`texts`: loc -> text): the back-edge branch's line when it
+    is a `for`/`while` statement, else the loop statement most of `body` (the loop's own instructions, inner
+    loops' left out) carries; ptxas for sm_100+ gives the back edge the last body statement's line. Otherwise,
+    or without texts: the back-edge branch's line (the compiler gives the loop's compare and branch the `for`
+    line), else the most frequent location in `body` (first seen wins a tie), else ""."""
+    if texts:
+        statements = [ins.loc for ins in body if ins.loc and _LOOP_STATEMENT.match(texts.get(ins.loc, ""))]
+        for ins in latch_branches:
+            if ins.loc in statements:
+                return ins.loc
+        if statements:
+            counts = Counter(statements)
+            return max(counts, key=lambda loc: (counts[loc], -statements.index(loc)))
     for ins in latch_branches:
         if ins.loc:
             return ins.loc
@@ -169,8 +186,9 @@ def loop_loc(body: list[Instruction], latch_branches: list[Instruction]) -> str:
     return next(ins.loc for ins in body if counts.get(ins.loc) == most)
 
 
-def find_loops(stream: Stream, handler: Backend) -> list[Loop]:
-    """Every natural loop of every function of `stream`: the kernel's first, each by header position."""
+def find_loops(stream: Stream, handler: Backend, texts: Mapping[str, str] | None = None) -> list[Loop]:
+    """Every natural loop of every function of `stream`: the kernel's first, each by header position.
+    `texts` (loc -> the line's text) lets a loop be named by its `for`/`while` line (`loop_loc`)."""
     loops: list[Loop] = []
     for function, blocks in [("", stream.blocks), *((f.name, f.blocks) for f in stream.callees)]:
         found = natural_loops(blocks, handler)
@@ -181,11 +199,13 @@ def find_loops(stream: Stream, handler: Backend) -> list[Loop]:
             # The branches back to the header (a latch that falls through into it has none).
             latches = [b.instructions[-1] for b in ordered if handler.flow(b.instructions[-1]) in ("jump", "branch")
                        and header in _BLOCK_REF.findall(b.instructions[-1].operands)]
+            inner = set().union(*(b for h, b in found if h != header and b < body))
+            own = [ins for b in ordered if b.name not in inner for ins in b.instructions]
             keys = [ins.histogram_keys() for ins in instructions]
             scratch = Counter(handler.scratch_access(ins) for ins in instructions)
             loops.append(Loop(
                 function=function, header=header, depth=depth, blocks=tuple(b.name for b in ordered),
-                loc=loop_loc(instructions, latches), instructions=len(instructions),
+                loc=loop_loc(own, latches, texts), instructions=len(instructions),
                 histogram=dict(sorted(Counter(k[0] for k in keys).items())),
                 base_histogram=dict(sorted(Counter(k[1] for k in keys).items())),
                 classes=dict(sorted(Counter(handler.classify(ins.mnemonic) for ins in instructions).items())),
@@ -209,7 +229,8 @@ def analysis_loops(analysis: Analysis) -> list[Loop]:
     if not analysis.stream_text:
         return []
     handler = backend_of_isa(analysis.isa)
-    return find_loops(stream_with_locs(handler.stream_from_text(analysis.stream_text), analysis.locs), handler)
+    texts = {row["loc"]: row["text"] for row in analysis.lines}
+    return find_loops(stream_with_locs(handler.stream_from_text(analysis.stream_text), analysis.locs), handler, texts)
 
 
 @dataclass(frozen=True)
