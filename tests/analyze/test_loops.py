@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from xisa.analyze import amdgcn, sass
-from xisa.analyze.backends import AMD, NVIDIA, backend_of_isa
+from xisa.analyze.backends import AMD, NVIDIA
 from xisa.analyze.expect import evaluate, measure, parse_expectations
 from xisa.analyze.loops import analysis_loops, find_loops, loop_changes, stream_with_locs
-from xisa.analyze.model import Analysis, Block, Instruction, Stream
+from xisa.analyze.model import Analysis
 from xisa.errors import ParseError, SpecError
 from xisa.golden.store import read_golden
 
