@@ -47,7 +47,7 @@ def attributed_location(frames: list[tuple[str, int]]) -> str:
     frames = [(path, line) for path, line in frames if line]
     if not frames:
         return ""
-    path, line = next((f for f in frames if not _TRITON_LIBRARY.search(f[0])), frames[0])
+    path, line = next((f for f in frames if not in_triton_library(f[0])), frames[0])
     return f"{path}:{line}"
 
 
@@ -130,6 +130,11 @@ class LineChange:
         """How much changed: the instructions added and removed, mnemonic by mnemonic."""
         return sum(abs(h - b) for _, b, h in self.histogram)
 
+    def rank(self) -> tuple:
+        """The order a reviewer reads changed lines in (smallest first): edited lines, then those that explain
+        the most of the cell's net change, then the largest."""
+        return (not self.edited, -self.explains, -self.size, -abs(self.delta), self.loc)
+
     def summary(self, mnemonics: int = 3) -> str:
         """`+40 v_cvt_f32_fp8, -8 v_and_b32` (the largest mnemonic changes), or `moved` when none."""
         parts = [f"{h - b:+d} {m}" for m, b, h in self.histogram[:mnemonics]]
@@ -207,5 +212,5 @@ def line_changes(base: list[Row], head: list[Row], *,
     for change in changes:
         change.explains = sum(min(abs(h - b), abs(net[m])) for m, b, h in change.histogram
                               if (h - b) * net[m] > 0 and not is_filler(m))
-    changes.sort(key=lambda c: (not c.edited, -c.explains, -c.size, -abs(c.delta), c.loc))
+    changes.sort(key=LineChange.rank)
     return changes

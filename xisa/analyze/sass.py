@@ -244,13 +244,14 @@ def parse_stream(sass: str) -> Stream:
         operands = _LABEL_REF.sub(rename, ins.operands)
         if ins.index in targets:
             operands = _HEX_TARGET.sub(block_name(targets[ins.index]), operands)
-        blocks[-1].instructions.append(Instruction(ins.mnemonic, base_mnemonic(ins.mnemonic), operands, ins.line,
-                                                   loc=ins.loc))
+        blocks[-1].instructions.append(instruction(ins.mnemonic, operands, ins.line, loc=ins.loc))
     return Stream(blocks)
 
 
-def instruction(mnemonic: str, operands: str, line: int) -> Instruction:
-    return Instruction(mnemonic, base_mnemonic(mnemonic), operands, line)
+def instruction(mnemonic: str, operands: str, line: int, loc: str = "") -> Instruction:
+    """An instruction from its opcode and normalized operands: the one constructor for a listing and for a
+    stream read back from its text (`stream_from_text`); `loc` its source location, if known."""
+    return Instruction(mnemonic, base_mnemonic(mnemonic), operands, line, loc=loc)
 
 
 def stream_from_text(text: str) -> Stream:

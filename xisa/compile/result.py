@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +67,8 @@ class CellResult(NamedByCell):
             "stream": self.analysis.stream_text if self.analysis else "",
             # source lines, outside the record, as runs [loc, count] in stream order (neighbours share a line:
             # ~40x smaller than a loc per instruction, which a warm check would read for every cell)
-            "loc_runs": _runs(self.analysis.locs) if self.analysis and any(self.analysis.locs) else [],
+            "loc_runs": [[loc, len(list(run))] for loc, run in itertools.groupby(self.analysis.locs)]
+            if self.analysis and any(self.analysis.locs) else [],
             "binding": self.binding, "options": self.options, "seconds": self.seconds,
         }
 
@@ -79,12 +81,3 @@ class CellResult(NamedByCell):
                    error=data["error"], error_kind=data.get("error_kind"), analysis=analysis,
                    binding=data["binding"], options=data["options"], seconds=data["seconds"], cached=True)
 
-
-def _runs(items: list[str]) -> list[list[Any]]:
-    runs: list[list[Any]] = []
-    for item in items:
-        if runs and runs[-1][0] == item:
-            runs[-1][1] += 1
-        else:
-            runs.append([item, 1])
-    return runs

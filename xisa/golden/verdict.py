@@ -118,7 +118,7 @@ class CellVerdict(NamedByCell):
     judged_by_scope: bool = False
     # A changed cell's two compiles stage by stage: where the change started (`stage_attribution`).
     stages: StageAttribution | None = None
-    # A changed cell's instruction changes by kernel source line, the largest first (`source_line_changes`);
+    # A changed cell's instruction changes by kernel source line, edited lines first (`source_line_changes`);
     # None where a side has no source-line table (a golden blessed before xisa recorded them).
     lines: list[LineChange] | None = None
 
@@ -159,7 +159,7 @@ class CellVerdict(NamedByCell):
             "base_stages": dict(base.get("stages") or {}) if base else None,
             "first_changed_stage": self.stages.first if self.stages else None,
             "stage_note": self.stages.phrase() if self.stages else None,
-            # the changed cell's instruction changes per source line, largest first; null: a side has no table
+            # the changed cell's instruction changes per source line, edited first; null: a side has no table
             "line_changes": [c.to_json() for c in self.lines] if self.lines is not None else None,
         }
 

@@ -401,7 +401,7 @@ def _markdown_where_table(rows) -> list[str]:
             where, _, what = change.phrase(top=2).partition(": ")
             table.append(f"| `{v.kernel}:{v.case}` | {_md_cell(where)} | {_md_cell(what)} |")
     changes = [(v, c) for v in rows if v.lines for c in v.lines]
-    changes.sort(key=lambda vc: (not vc[1].edited, -vc[1].explains, -vc[1].size, vc[1].loc, vc[0].id))
+    changes.sort(key=lambda vc: (vc[1].rank(), vc[0].id))
     for v, change in changes[:MARKDOWN_LINE_ROWS]:
         text = f" `{_md_code(change.text)}`" if change.text else ""
         table.append(f"| `{v.kernel}:{v.case}` | `{change.loc}`{text} | {_md_cell(change.summary())} |")
@@ -420,7 +420,7 @@ def _md_cell(text: str) -> str:
 
 
 def line_change_lines(v, limit: int = TEXT_LINE_ROWS) -> list[str]:
-    """A changed cell's changes by source line, largest first, one line each (text output)."""
+    """A changed cell's changes by source line, in `LineChange.rank` order, one line each (text output)."""
     if v.lines is None:
         return [f"{v.id}: source lines unknown (a side has no source-line table; record it with `{RECORD_COMMAND}`)"]
     if not v.lines:
