@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from xisa.analyze.codeobject import code_sha256
+from xisa.analyze import codeobject
 from xisa.analyze.lines import attributed_location, count_by_line, in_triton_library
 from xisa.analyze.model import Analysis, Block, Function, Instruction, Stream, histograms, parse_stream_text
 from xisa.errors import ParseError
@@ -560,8 +560,8 @@ def analyze_amdgcn(asm: str, *, lds_bytes: int = 0, code_object: bytes | None = 
         blocks=sum(1 for _ in stream.all_blocks()),
         histogram=raw, base_histogram=base, classes={c: classes.get(c, 0) for c in CLASSES if classes.get(c)},
         resources=resources(asm, lds_bytes=lds_bytes), stream_text=text,
-        code_sha256=code_sha256(code_object) if code_object is not None else None, opaque_asm=opaque,
-        lines=count_by_line(stream),
-        locs=[ins.loc for ins in stream.instructions()],
+        opaque_asm=opaque, lines=count_by_line(stream), locs=[ins.loc for ins in stream.instructions()],
     )
+    if code_object is not None:
+        codeobject.fingerprint(analysis, code_object)
     return analysis, name

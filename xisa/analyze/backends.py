@@ -63,6 +63,9 @@ class Backend:
     # The tool that prints `assembly` from `binary` with line information (None: Triton's own `asm[assembly]`).
     assembly_tool: tuple[str, ...] | None
     tools: tuple[str, ...]          # the programs its compiles and analysis run (`xisa doctor` looks for them)
+    # Whether those programs must run with address-space randomization off to give the same output twice
+    # (`xisa.compile.cell.fixed_addresses`): ptxas-blackwell's register allocation follows heap addresses.
+    tools_need_fixed_addresses: bool
     base_mnemonic: Callable[[str], str]        # `v_add_f32_e32` -> `v_add_f32`, `HMMA.16816.F32` -> `HMMA`
     # The resource keys its analysis reports: those an expectation may name first, in the order
     # messages list them, then those only shown.
@@ -80,7 +83,6 @@ class Backend:
     occupancy_optional: tuple[str, ...]        # ints it may give
     occupancy_choices: Mapping[str, tuple[str, ...]]   # required keys with a fixed set of values
     check_arch: Callable[[Any], str | None]    # why a target file's `arch` is not one of this backend's
-    normalize_rules: tuple[str, ...]           # the opt-in rules a target may name (`normalize:`)
     toolchain_keys: tuple[str, ...]            # what a golden's `toolchain` records beside `triton`
     torch_build: str                           # the `torch.version` attribute a torch built for it sets
     device_arch: Callable[[Any], str]          # a torch device's properties -> the arch `device.match` globs
@@ -109,12 +111,13 @@ class Backend:
         """The keys an expectation may name on this ISA, `instructions` first."""
         return ("instructions", *(key for key in self.resources if key in _EXPECTABLE))
 
-    def analyze(self, assembly: str, binary_facts: bytes | str, *, shared_bytes: int, num_warps: int,
-                target: Target, rules: tuple[str, ...] = ()) -> Analysis:
-        """The analysis of one compiled kernel, occupancy included. `binary_facts`: the binary's bytes, or
-        what `binary_tool` printed about it; `shared_bytes`: Triton's dynamic shared memory (metadata)."""
-        return self._analyze(assembly, binary_facts, shared_bytes=shared_bytes, num_warps=num_warps,
-                             target=target, rules=rules)
+    def analyze(self, assembly: str, binary: bytes | None, binary_facts: str | None, *, shared_bytes: int,
+                num_warps: int, target: Target) -> Analysis:
+        """The analysis of one compiled kernel, occupancy included. `binary`: the code object's bytes (its
+        fingerprint, `codeobject.py`; None only for a unit test's text), `binary_facts`: what `binary_tool` printed
+        about it (None where the backend has none); `shared_bytes`: Triton's dynamic shared memory (metadata)."""
+        return self._analyze(assembly, binary, binary_facts, shared_bytes=shared_bytes, num_warps=num_warps,
+                             target=target)
 
 
     def launch_excess(self, resources: Mapping[str, Any], *, num_warps: int, target: Target) -> list[Excess]:
@@ -133,8 +136,8 @@ def _cuda_launch_excess(res: Mapping[str, Any], *, num_warps: int, target: Targe
                               num_warps=num_warps)
 
 
-def _analyze_amdgcn(assembly: str, hsaco: bytes, *, shared_bytes: int, num_warps: int, target: Target,
-                    rules: tuple[str, ...]) -> Analysis:
+def _analyze_amdgcn(assembly: str, hsaco: bytes | None, _facts: None, *, shared_bytes: int, num_warps: int,
+                    target: Target) -> Analysis:
     analysis, _ = amdgcn.analyze_amdgcn(assembly, lds_bytes=shared_bytes, code_object=hsaco)
     res = analysis.resources
     res["occupancy"] = amd_waves_per_simd(target, vgprs=res["vgprs"], agprs=res["agprs"], sgprs=res["sgprs"],
@@ -142,9 +145,9 @@ def _analyze_amdgcn(assembly: str, hsaco: bytes, *, shared_bytes: int, num_warps
     return analysis
 
 
-def _analyze_sass(assembly: str, resource_usage: str, *, shared_bytes: int, num_warps: int, target: Target,
-                  rules: tuple[str, ...]) -> Analysis:
-    analysis = sass.analyze_sass(assembly, resource_usage, shared_bytes=shared_bytes, rules=rules)
+def _analyze_sass(assembly: str, cubin: bytes | None, resource_usage: str, *, shared_bytes: int, num_warps: int,
+                  target: Target) -> Analysis:
+    analysis = sass.analyze_sass(assembly, resource_usage, shared_bytes=shared_bytes, cubin=cubin)
     res = analysis.resources
     res["occupancy"] = cuda_warps_per_sm(target, regs=res["registers"], smem_bytes=res["lds_bytes"],
                                          num_warps=num_warps)
@@ -173,7 +176,7 @@ AMD = Backend(
     stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"),
     fingerprinted_stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"),   # hsaco: its `code_sha256`
     assembly="amdgcn", binary="hsaco", binary_tool=None, assembly_tool=None,   # the amdgcn keeps `.loc`
-    tools=("ld.lld",),
+    tools=("ld.lld",), tools_need_fixed_addresses=False,
     base_mnemonic=amdgcn.base_mnemonic,
     resources=("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes", "occupancy",
                "llvm_occupancy", "kernarg_bytes", "wavefront_size"),
@@ -192,7 +195,6 @@ AMD = Backend(
     occupancy_optional=("sgpr_budget", "sgpr_granule", "max_workgroups_per_cu"),
     occupancy_choices=MappingProxyType({"agpr": ("unified", "none")}),
     check_arch=_gfx_arch,
-    normalize_rules=(),
     toolchain_keys=("amd_codegen",),
     torch_build="hip",
     device_arch=lambda props: base_gcn_arch(str(getattr(props, "gcnArchName", "") or "")),
@@ -207,12 +209,13 @@ AMD = Backend(
 NVIDIA = Backend(
     name="cuda", package="nvidia", vendor="NVIDIA", isa="sass",
     stages=("ttir", "ttgir", "llir", "ptx", "cubin", "sass"),
-    fingerprinted_stages=("ttir", "ttgir", "llir", "ptx", "sass"),   # a cubin's code is its SASS
+    fingerprinted_stages=("ttir", "ttgir", "llir", "ptx", "sass", "cubin"),   # cubin: its `code_sha256`
     assembly="sass", binary="cubin",
     binary_tool=("cuobjdump", "--dump-resource-usage"),
     # Triton's `asm["sass"]` (cuobjdump -sass) has no line information; nvdisasm -gi prints the same code with
     # `//## File "...", line N [inlined at ...]` comments (the source lines; dropped from the stream like every comment).
     assembly_tool=("nvdisasm", "-c", "-gi"), tools=("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm"),
+    tools_need_fixed_addresses=True,
     base_mnemonic=sass.base_mnemonic,
     resources=("registers", "stack_bytes", "local_bytes", "lds_bytes", "occupancy", "llvm_occupancy"),
     # AMD's scratch (private segment: spills and stack) is NVIDIA's per-thread stack plus local memory.
@@ -229,7 +232,6 @@ NVIDIA = Backend(
     occupancy_optional=(),
     occupancy_choices=MappingProxyType({}),
     check_arch=_compute_capability,
-    normalize_rules=("register-numbers",),
     toolchain_keys=("ptxas",),
     torch_build="cuda",
     device_arch=lambda props: f"{props.major}.{props.minor}",     # the compute capability

@@ -11,8 +11,10 @@ from xisa.errors import ParseError
 
 # Bumped whenever counting or normalization changes, so that a golden made by another analyzer is
 # reported as such instead of as a kernel change. 1: the kernel's stream only; 2: every function of
-# the code object, inline-asm directives, `code_sha256`.
-ANALYZER_VERSION = 2
+# the code object, inline-asm directives, `code_sha256`; 3: `code_sha256` is the whole code object (header,
+# code, data, launch attributes, for AMD and NVIDIA; `codeobject.py`), `code_sections` says which part changed,
+# SASS keeps its register numbers on every target.
+ANALYZER_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -134,9 +136,11 @@ class Analysis:
     classes: dict[str, int]
     resources: dict[str, Any]
     stream_text: str
-    # SHA-256 of the code object's code and read-only data as the hardware loads them (AMD), or None
-    # where the stream already is the bytes' disassembly (NVIDIA): see `codeobject.py`.
+    # SHA-256 of the code object as the driver loads it (hsaco, cubin: code, data, launch attributes; debug
+    # information left out), the verdict's ground truth; None only where no binary was analyzed (a unit test's
+    # text): see `codeobject.py`. `code_sections`: each part's digest, short, to say which one changed.
     code_sha256: str | None = None
+    code_sections: dict[str, str] = field(default_factory=dict)
     # Directives inside inline asm that xisa could not evaluate (kept verbatim in the stream): the
     # counts of such a cell may not be the machine code's; `code_sha256` still is.
     opaque_asm: list[str] = field(default_factory=list)
@@ -159,6 +163,8 @@ class Analysis:
             "histogram": dict(self.histogram), "base_histogram": dict(self.base_histogram),
             "classes": dict(self.classes), "resources": dict(self.resources),
         }
+        if self.code_sections:
+            record["code_sections"] = dict(self.code_sections)
         if self.opaque_asm:
             record["opaque_asm"] = list(self.opaque_asm)
         if self.stages:
@@ -173,5 +179,6 @@ class Analysis:
                    blocks=record["blocks"], histogram=dict(record["histogram"]),
                    base_histogram=dict(record["base_histogram"]), classes=dict(record["classes"]),
                    resources=dict(record["resources"]), stream_text=stream_text,
-                   code_sha256=record.get("code_sha256"), opaque_asm=list(record.get("opaque_asm") or []),
+                   code_sha256=record.get("code_sha256"), code_sections=dict(record.get("code_sections") or {}),
+                   opaque_asm=list(record.get("opaque_asm") or []),
                    stages=dict(record.get("stages") or {}), lines=list(record.get("lines") or []))

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import replace
 from typing import Any
 
+from xisa.analyze import codeobject
 from xisa.analyze.lines import attributed_location, count_by_line
 from xisa.analyze.model import Analysis, Block, Instruction, Stream, histograms, parse_stream_text
 from xisa.errors import ParseError
@@ -261,7 +261,7 @@ def stream_from_text(text: str) -> Stream:
 
 # --- control flow and memory, for the loop analysis (`xisa.analyze.loops`) ---------------------------
 # A guard is written first among the operands (`BRA @!P4 bb3`); `@PT` always holds, `@!PT` never.
-# Under the `register-numbers` rule the number is gone (`@!P`). A uniform branch names its predicate as
+# A uniform branch names its predicate as
 # an operand instead (`BRA.U !UP0, bb3`): a conditional jump as well.
 _GUARD = re.compile(r"^@(!?)(U?P(?:T|\d+)?)(?![\w])")
 _PREDICATE_OPERAND = re.compile(r"(?:^|, )!?U?P\d*, ")
@@ -346,34 +346,23 @@ def resources(usage: dict[str, int], *, shared_bytes: int) -> dict[str, Any]:
     }
 
 
-# Rule register-numbers (opt-in per target, `normalize: [register-numbers]`): ptxas-blackwell 12.9
-# (sm_100) allocates registers differently for the same PTX depending on the PTX file's path,
-# which Triton picks at random (measured: 1 run in 4 differs). On such a target the fingerprint
-# keeps opcodes, modifiers, immediates and structure but not register numbers; how many registers
-# a kernel uses stays in `resources`.
-_REGISTER = re.compile(r"\b(UR|R|UP|P|B)\d+\b")
-
-
-def strip_register_numbers(stream: Stream) -> Stream:
-    for block in stream.blocks:
-        block.instructions = [replace(i, operands=_REGISTER.sub(r"\1", i.operands)) for i in block.instructions]
-    return stream
-
-
-def analyze_sass(sass: str, resource_usage: str, *, shared_bytes: int, rules: tuple[str, ...] = ()) -> Analysis:
+def analyze_sass(sass: str, resource_usage: str, *, shared_bytes: int, cubin: bytes | None = None) -> Analysis:
     """Analysis without occupancy (the caller adds it from the target: see `cuda_warps_per_sm`).
 
-    `resource_usage` is what `cuobjdump --dump-resource-usage` prints for the cubin."""
+    `resource_usage` is what `cuobjdump --dump-resource-usage` prints for the cubin; `cubin` (its bytes) gives the
+    code object's fingerprint (`codeobject.py`: constant banks and launch attributes the SASS text does not show).
+    The stream keeps every register number: renaming them away would make `a*b + c` and `a*c + b` one program."""
     stream = parse_stream(sass)
-    if "register-numbers" in rules:
-        stream = strip_register_numbers(stream)
     raw, base = histograms(stream)
     classes = Counter(classify(ins.mnemonic) for ins in stream.instructions())
     usage = parse_resource_usage(resource_usage, _kernel_name(sass))
-    return Analysis(
+    analysis = Analysis(
         isa="sass", sha256=stream.sha256(), instructions=sum(raw.values()), blocks=len(stream.blocks),
         histogram=raw, base_histogram=base, classes={c: classes.get(c, 0) for c in CLASSES if classes.get(c)},
         resources=resources(usage, shared_bytes=shared_bytes), stream_text=stream.text(),
         lines=count_by_line(stream),
         locs=[ins.loc for ins in stream.instructions()],
     )
+    if cubin is not None:
+        codeobject.fingerprint(analysis, cubin)
+    return analysis

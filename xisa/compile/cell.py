@@ -15,7 +15,7 @@ from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell, compiling, load_kernel_function
 from xisa.compile.disassemble import kept_stages, machine_code
 from xisa.compile.result import CellResult
-from xisa.errors import XisaError
+from xisa.errors import ToolchainError, XisaError
 from xisa.spec.cases import Cell
 
 
@@ -39,7 +39,7 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
             bound = bind_cell(cell, fn)
             result.binding = bound.signature_record()
             result.options = bound.options_record()
-            compiled = _triton_compile(bound)
+            compiled = _triton_compile(bound, cell.target)
         result.analysis = analyze_compiled(cell, compiled, bound.options, roots=roots)
         result.status = "ok"
         if keep_stages:   # for `--emit`: every stage, the assembly as Triton spells it
@@ -56,9 +56,48 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
     return result
 
 
-def _triton_compile(bound):
+# personality(2)'s ADDR_NO_RANDOMIZE: inherited by every process this one forks and execs.
+_ADDR_NO_RANDOMIZE = 0x0040000
+
+
+def fixed_addresses() -> None:
+    """Turn address-space randomization off for the tools this process starts from now on (ptxas).
+
+    Measured with Triton 3.8.0's ptxas-blackwell (targets/sm_100.yaml): the same PTX gives one of two register
+    allocations, run to run, and always the same one with randomization off. A launch's own compile takes either;
+    the golden must be one program, so every compile here takes the same. Where the flag cannot be set, the
+    compile is refused rather than left to chance."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        current = libc.personality(0xFFFFFFFF)     # 0xffffffff: query only
+        if current != -1 and (current & _ADDR_NO_RANDOMIZE or libc.personality(current | _ADDR_NO_RANDOMIZE) != -1):
+            return
+        if _randomization_off_system_wide():
+            return
+        reason = os.strerror(ctypes.get_errno())
+    else:
+        reason = f"not supported on {sys.platform}"
+    raise ToolchainError(f"cannot turn address-space randomization off for ptxas (personality: {reason}): its "
+                         "register allocation would differ from run to run",
+                         fix="run xisa where personality(2) is allowed (e.g. docker run --security-opt "
+                             "seccomp=unconfined), or set kernel.randomize_va_space=0")
+
+
+def _randomization_off_system_wide() -> bool:
+    try:
+        return Path("/proc/sys/kernel/randomize_va_space").read_text().strip() == "0"
+    except OSError:
+        return False
+
+
+def _triton_compile(bound, target):
     import triton
     from triton.compiler import ASTSource
+
+    if target.handler.tools_need_fixed_addresses:
+        fixed_addresses()
 
     source = ASTSource(bound.fn, bound.signature, bound.constexprs, bound.attrs)
     return triton.compile(source, target=bound.target, options=vars(bound.options))
@@ -69,9 +108,10 @@ def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -
     (paths made relative, `SourceFiles`: `roots` are the project's kernel roots)."""
     target = cell.target
     handler = target.handler
-    assembly, binary_facts = machine_code(handler, compiled)
-    analysis = handler.analyze(assembly, binary_facts, shared_bytes=int(getattr(compiled.metadata, "shared", 0) or 0),
-                               num_warps=int(getattr(options, "num_warps", 4)), target=target, rules=target.normalize)
+    assembly, binary, binary_facts = machine_code(handler, compiled)
+    analysis = handler.analyze(assembly, binary, binary_facts,
+                               shared_bytes=int(getattr(compiled.metadata, "shared", 0) or 0),
+                               num_warps=int(getattr(options, "num_warps", 4)), target=target)
     analysis.stages = stage_fingerprints(handler, compiled.asm, analysis,
                                          kernel=getattr(compiled.metadata, "name", None))
     sources = SourceFiles(roots)

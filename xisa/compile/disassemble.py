@@ -19,10 +19,11 @@ from xisa.errors import ToolchainError
 _TOOL_NOISE = (b"nvdisasm warning : Disassembling Std Elf to Old format",)
 
 
-def machine_code(backend: Backend, compiled) -> tuple[str, bytes | str]:
-    """(the assembly text, what the analysis reads of the binary) of a Triton `CompiledKernel`. Where the
-    backend names an `assembly_tool` (NVIDIA: nvdisasm with line information), it prints the assembly from the
-    binary instead of Triton (whose spelling has no source lines); the stream is the same."""
+def machine_code(backend: Backend, compiled) -> tuple[str, bytes, str | None]:
+    """(the assembly text, the binary's bytes, what `binary_tool` prints about it or None) of a Triton
+    `CompiledKernel`. Where the backend names an `assembly_tool` (NVIDIA: nvdisasm with line information), it
+    prints the assembly from the binary instead of Triton (whose spelling has no source lines); the stream is the
+    same."""
     binary = compiled.asm[backend.binary]
     if backend.assembly_tool is not None:
         assembly = run_on_binary(backend.assembly_tool, binary, suffix=f".{backend.binary}")
@@ -30,8 +31,8 @@ def machine_code(backend: Backend, compiled) -> tuple[str, bytes | str]:
         with _drop_known_tool_noise():
             assembly = compiled.asm[backend.assembly]
     if backend.binary_tool is None:
-        return assembly, binary
-    return assembly, run_on_binary(backend.binary_tool, binary, suffix=f".{backend.binary}")
+        return assembly, binary, None
+    return assembly, binary, run_on_binary(backend.binary_tool, binary, suffix=f".{backend.binary}")
 
 
 def kept_stages(backend: Backend, compiled) -> dict[str, str | bytes]:

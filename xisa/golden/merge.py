@@ -168,7 +168,8 @@ def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
     elif verdict in (SAME, CHANGED) and None in has_base:
         problem = "has no golden fingerprint, instructions or resources"
     elif verdict in (SAME, CHANGED):
-        differs = head != base or head_code != base_code or any(
+        # A changed cell's delta names every record key that differs (options, binding, ...), not only these.
+        differs = head != base or head_code != base_code or bool(delta and delta["fields"]) or any(
             head_resources.get(key) != base_resources.get(key) for key in RESOURCE_DELTA_KEYS)
         if differs != (verdict == CHANGED):
             problem = "disagrees with the fingerprints and resources" + (" (they differ)" if differs else
@@ -218,6 +219,8 @@ def _validate_delta(delta: dict[str, Any], where: str) -> None:
         if not isinstance(pair, list) or len(pair) != 2:
             raise _Invalid(f"{where}.resources.{key}", "must be [base, head]")
     _field(delta, "binding_changed", (bool,), where)
+    _list_of(delta, "fields", (str,), where)
+    _list_of(delta, "code_sections", (str,), where)
 
 
 def validate_report(path: Path, data: dict[str, Any]) -> _Shard:

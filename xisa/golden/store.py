@@ -90,6 +90,42 @@ def _pending(yaml_path: Path) -> Path:
     return yaml_path.with_name(yaml_path.name + PENDING_SUFFIX)
 
 
+# The keys of a golden that are not its cell's compile result: the layout (`format`, `stream`), the toolchain (judged
+# on its own: another toolchain is an untrusted run, not a changed cell) and the side tables that explain a change
+# without deciding one (`stages`, `lines`). Every other key is the cell: if it differs, bless would rewrite the
+# golden, so check may not call the cell the same (`cell_differences`).
+NOT_THE_CELL = frozenset({"format", "toolchain", "stream", "stages", "lines", "generated_by"})
+
+
+def cell_record(result: CellResult) -> dict[str, Any]:
+    """What a golden of `result` records about the cell itself: the golden's data minus `NOT_THE_CELL`, with
+    values as its YAML reads back (lists, not tuples)."""
+    return {k: _as_read_back(v) for k, v in _cell_fields(result).items() if k not in NOT_THE_CELL}
+
+
+def _cell_fields(result: CellResult) -> dict[str, Any]:
+    analysis = result.analysis
+    assert analysis is not None
+    return {"kernel": result.kernel, "case": result.case, "target": result.target,
+            "binding": result.binding, "options": result.options, **analysis.to_record()}
+
+
+def _as_read_back(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_as_read_back(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _as_read_back(v) for k, v in value.items()}
+    return value
+
+
+def cell_differences(golden_data: Mapping[str, Any], result: CellResult) -> list[str]:
+    """The keys of the cell's record in which a golden and a compile differ (sorted): empty exactly when bless would
+    leave the golden's cell as it is."""
+    head = cell_record(result)
+    base = {k: v for k, v in golden_data.items() if k not in NOT_THE_CELL}
+    return sorted(k for k in set(head) | set(base) if head.get(k) != base.get(k))
+
+
 def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file: bool,
                   stages: Mapping[str, str] | None = None,
                   lines: list[Mapping[str, Any]] | None = None) -> tuple[str, str | None]:
@@ -100,7 +136,7 @@ def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file:
     for the source-line table (`[]`: none)."""
     analysis = result.analysis
     assert analysis is not None
-    record = analysis.to_record()
+    record = _cell_fields(result)
     record.pop("stages", None)
     record.pop("lines", None)
     stages = analysis.stages if stages is None else stages
@@ -109,12 +145,8 @@ def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file:
     lines = analysis.lines if lines is None else lines
     if lines:
         record["lines"] = [dict(row) for row in lines]
-    data = {
-        "format": FORMAT, "toolchain": dict(toolchain),
-        "kernel": result.kernel, "case": result.case, "target": result.target,
-        "binding": result.binding, "options": result.options, **record,
-        "stream": f"{result.target}.isa" if stream_file else None,
-    }
+    data = {"format": FORMAT, "toolchain": dict(toolchain), **record,
+            "stream": f"{result.target}.isa" if stream_file else None}
     return dump_yaml(data), analysis.stream_text if stream_file else None
 
 
@@ -163,6 +195,11 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
     # Absent in goldens of analyzer 1: `check` reports those as made by another analyzer.
     if data.get("code_sha256") is not None and not re.fullmatch(r"[0-9a-f]{64}", str(data["code_sha256"])):
         raise GoldenError("not a SHA-256", path=display, field="code_sha256")
+    sections = data.get("code_sections")   # absent in goldens of analyzer 1 and 2
+    if sections is not None and not (isinstance(sections, dict) and all(
+            isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]+", v) for k, v in sections.items())):
+        raise GoldenError("not a mapping of code-object sections to digests (hand-edited?)", path=display,
+                          field="code_sections", fix="restore it from git or re-bless")
     analyzer = data.get("analyzer", 1)
     if not isinstance(analyzer, int) or isinstance(analyzer, bool) or analyzer < 1:
         raise GoldenError("not a positive integer (hand-edited?)", path=display, field="analyzer",

@@ -12,13 +12,14 @@ from typing import Any
 
 from xisa.analyze import ANALYZER_VERSION
 from xisa.analyze.backends import COMPARED_RESOURCES, backend_of_isa
+from xisa.analyze.codeobject import changed_sections
 from xisa.analyze.expect import Failure
 from xisa.analyze.lines import LineChange, line_changes, total
 from xisa.analyze.loops import LoopChange, analysis_loops, loop_changes
 from xisa.analyze.stages import StageAttribution
 from xisa.compile.result import CellResult
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, ParseError, UsageError
-from xisa.golden.store import Golden, golden_paths, list_goldens, read_golden
+from xisa.golden.store import Golden, cell_differences, golden_paths, list_goldens, read_golden
 from xisa.names import CellKey, NamedByCell, closest, display_path
 from xisa.spec.cases import matches_kernel_filter
 from xisa.spec.shard import shard_of
@@ -86,6 +87,21 @@ class Delta:
     binding: list[tuple[str, Any, Any]] = field(default_factory=list)
     # The loops whose counts differ (`xisa.analyze.loops`), found only for a cell whose stream changed.
     loops: list[LoopChange] = field(default_factory=list)
+    # The keys of the cell's record that differ (`store.cell_differences`): any one makes the cell changed.
+    fields: list[str] = field(default_factory=list)
+    # The parts of the code object whose digests differ (`codeobject.changed_sections`: sections, `(header)`).
+    code_sections: list[str] = field(default_factory=list)
+
+    def unseen_change(self) -> str:
+        """What changed that the instruction stream does not show, in words ("" when the stream changed)."""
+        if "sha256" in self.fields:
+            return ""
+        if self.code_sections:
+            return f"the printed stream is the same, the code object is not ({', '.join(self.code_sections)})"
+        if self.binding:
+            return "the printed stream is the same, the launch is not (" + ", ".join(
+                f"{k}: {b!r} -> {h!r}" for k, b, h in self.binding) + ")"
+        return f"the printed stream is the same, the record is not ({', '.join(self.fields)})"
 
     @property
     def binding_changed(self) -> bool:
@@ -97,7 +113,8 @@ class Delta:
                 "resources": {k: list(v) for k, v in self.resources.items()},
                 "binding_changed": self.binding_changed,
                 "binding": [{"field": k, "base": b, "head": h} for k, b, h in self.binding],
-                "loops": [change.to_json() for change in self.loops]}
+                "loops": [change.to_json() for change in self.loops],
+                "fields": list(self.fields), "code_sections": list(self.code_sections)}
 
 
 @dataclass
@@ -220,7 +237,8 @@ def compute_delta(base: dict[str, Any], head_result: CellResult) -> Delta:
         if b != h and (b is not None or h is not None):
             resources[key] = (b, h)
     return Delta(instructions=(base["instructions"], head.instructions), histogram=hist, resources=resources,
-                 binding=binding_differences(base, head_result))
+                 binding=binding_differences(base, head_result), fields=cell_differences(base, head_result),
+                 code_sections=changed_sections(dict(base.get("code_sections") or {}), head.code_sections))
 
 
 def stage_attribution(base: dict[str, Any], head_result: CellResult) -> StageAttribution:
@@ -293,6 +311,7 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
     verdicts: list[CellVerdict] = []
     golden_toolchains: dict[str, list[str]] = {}
     golden_analyzers: dict[int, list[str]] = {}   # analyzer version -> golden files made by another one
+    other_tools: dict[tuple[str, str], list[str]] = {}   # (tool, golden's version) -> golden files, Triton's aside
     problems: list[str] = []
 
     def show(path: Path) -> str:   # a base's golden as git names it (`main:golden/...`), not this tree's file
@@ -313,6 +332,9 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                 golden = read_golden(yaml_path, stream_path, display=show(yaml_path))
                 verdict.base = golden
                 golden_toolchains.setdefault(golden.toolchain.get("triton", "?"), []).append(show(yaml_path))
+                for tool, version in golden.toolchain.items():   # ptxas, the AMD codegen revision: a golden's too
+                    if tool != "triton" and tool in toolchain and toolchain[tool] != str(version):
+                        other_tools.setdefault((tool, str(version)), []).append(show(yaml_path))
             except GoldenError as exc:
                 verdict.verdict, verdict.message = ERROR, f"corrupt golden: {exc}"
                 continue
@@ -331,15 +353,14 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
             verdict.verdict, verdict.message = NEW, "no golden (run `xisa bless` to record it)"
         else:
             delta = compute_delta(golden.data, result)
-            stream_changed = golden.data["sha256"] != result.analysis.sha256
-            code_changed = golden.data.get("code_sha256") != result.analysis.code_sha256
-            if stream_changed or code_changed or delta.resources:
+            if delta.fields:
                 verdict.verdict, verdict.delta = CHANGED, delta
                 verdict.message = "changed in scope" if verdict.in_scope else "changed outside the declared scope"
-                if code_changed and not stream_changed:
-                    verdict.message += ": the code bytes changed, the printed stream did not (inline-asm directives?)"
+                unseen = delta.unseen_change()
+                if unseen:
+                    verdict.message += f": {unseen}"
                 verdict.stages = stage_attribution(golden.data, result)
-                if stream_changed and golden.stream_text:
+                if "sha256" in delta.fields and golden.stream_text:
                     delta.loops = changed_loops(golden, result)
                 verdict.lines = source_line_changes(golden, result)
         if verdict.expectations:
@@ -365,6 +386,10 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
         problems.append(f"goldens were made with Triton {version} ({len(files)} files, e.g. {files[0]}) but Triton "
                         f"{installed} is installed: fingerprints cannot be compared (fix: install triton=={version} "
                         f"or re-bless with {installed})")
+    for (tool, version), files in sorted(other_tools.items()):
+        problems.append(f"goldens were made with {tool} {version} ({len(files)} files, e.g. {files[0]}) but {tool} "
+                        f"{toolchain[tool]} is installed: fingerprints cannot be compared (fix: install the toolchain "
+                        f"the goldens name, or re-bless with this one)")
     for version in sorted(golden_analyzers):
         if golden_owner:
             problems.append(f"the goldens of {golden_owner} were made by xisa's analyzer {version}, this xisa is "

@@ -16,7 +16,7 @@ FP8_ENCODINGS = ("none", "e4m3fn", "e4m3fnuz")
 MATRIX_FAMILIES = ("mfma", "wmma", "hmma", "wgmma", "tcgen05", "none")
 
 _TOP_KEYS = {"name", "backend", "arch", "warp_size", "family", "description", "fp8", "matrix",
-             "occupancy", "device", "sources", "normalize"}
+             "occupancy", "device", "sources"}
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,6 @@ class Target:
     occupancy: dict[str, Any]
     device_match: tuple[str, ...]
     sources: dict[str, str] = field(compare=False, repr=False)
-    normalize: tuple[str, ...] = ()      # extra normalization rules for this target's machine code
     path: str = field(compare=False, repr=False, default="")
 
     @property
@@ -51,7 +50,6 @@ class Target:
             "name": self.name, "backend": self.backend, "arch": self.arch, "warp_size": self.warp_size,
             "family": self.family, "fp8": self.fp8, "matrix": self.matrix, "description": self.description,
             "occupancy": dict(self.occupancy), "device_match": list(self.device_match),
-            "normalize": list(self.normalize),
         }
 
 
@@ -62,6 +60,10 @@ def _require(cond: bool, message: str, path: str, fieldname: str, fix: str | Non
 
 def parse_target(data: Any, path: str) -> Target:
     _require(isinstance(data, dict), "a target file must be a mapping", path, "<top>")
+    # Earlier xisa let a target erase register numbers from its fingerprint (`normalize: [register-numbers]`), which
+    # made `a*b + c` and `a*c + b` one program; ptxas now runs deterministically instead (xisa.compile.cell).
+    _require("normalize" not in data, "normalization rules are gone: no fingerprint may erase what the code does",
+             path, "normalize", "delete the `normalize:` line (the bundled sm_100.yaml no longer has one)")
     unknown = set(data) - _TOP_KEYS
     _require(not unknown, f"unknown key(s) {sorted(unknown)}", path, ",".join(sorted(unknown)),
              f"allowed keys: {sorted(_TOP_KEYS)}")
@@ -99,10 +101,6 @@ def parse_target(data: Any, path: str) -> Target:
             cite = sources.get(key)
             _require(isinstance(cite, str) and len(cite.strip()) > 10, "this number cites no source", path,
                      f"sources.{key}", f"add sources.{key}: '<document, section, URL>'")
-    normalize = data.get("normalize", [])
-    allowed = handler.normalize_rules
-    _require(isinstance(normalize, list) and all(rule in allowed for rule in normalize),
-             f"unknown rule in {normalize!r}", path, "normalize", f"rules for {backend}: {list(allowed) or 'none'}")
     device = data["device"]
     _require(isinstance(device, dict) and isinstance(device.get("match"), list) and device["match"],
              "must have a non-empty `match` list", path, "device.match")
@@ -110,7 +108,6 @@ def parse_target(data: Any, path: str) -> Target:
         name=name, backend=backend, arch=arch, warp_size=data["warp_size"], family=str(data["family"]),
         description=str(data.get("description", "")), fp8=data["fp8"], matrix=data["matrix"],
         occupancy=dict(occ), device_match=tuple(str(m) for m in device["match"]), sources=dict(sources), path=path,
-        normalize=tuple(normalize),
     )
 
 
