@@ -251,8 +251,11 @@ class Row:
         return self.warm == expected and self.cold == expected
 
 
-def run_mutations(project: Path, mutations: tuple[Mutation, ...], selection: list[str], work: Path) -> list[Row]:
-    """Bless `project` (a copy), then each mutation on a fresh copy of the blessed tree: the rows of the table."""
+def run_mutations(project: Path, mutations: tuple[Mutation, ...], selection: list[str], work: Path, *,
+                  focus: bool = False) -> list[Row]:
+    """Bless `project` (a copy), then each mutation on a fresh copy of the blessed tree: the rows of the table.
+    `focus`: the cold check and the code objects only for the kernel named by the mutated file's stem (the warm
+    check still judges every cell), for a quicker run where each file holds one kernel."""
     cache = work / "cache"
     base = work / "base"
     shutil.copytree(project, base)
@@ -270,9 +273,13 @@ def run_mutations(project: Path, mutations: tuple[Mutation, ...], selection: lis
             raise SystemExit(f"mutation {mutation.name!r}: {mutation.old!r} is not in {mutation.file}")
         path.write_text(text.replace(mutation.old, mutation.new, 1))
         warm = verdicts(xisa(tree, cache, "check", "--format", "json", *selection))
-        cold = verdicts(xisa(tree, work / f"cold{number}", "check", "--no-cache", "--format", "json", *selection))
-        mutated = emit(tree, work / f"cold{number}", work / f"emit{number}", selection)
+        cold_selection = [*selection, "--kernel", Path(mutation.file).stem] if focus else selection
+        cold = verdicts(xisa(tree, work / f"cold{number}", "check", "--no-cache", "--format", "json", *cold_selection))
+        mutated = emit(tree, work / f"cold{number}", work / f"emit{number}", cold_selection)
         for cell in sorted(original):
+            if cell not in mutated and focus:   # outside the focus: the warm check's verdict alone
+                rows.append(Row(mutation.name, cell, [], warm.get(cell, "?"), "same"))
+                continue
             sections = changed_sections(original[cell], mutated[cell]) if cell in mutated else ["(no code object)"]
             rows.append(Row(mutation.name, cell, sections, warm.get(cell, "?"), cold.get(cell, "?")))
     return rows

@@ -308,7 +308,7 @@ def test_a_code_object_that_is_not_an_elf_is_a_parse_error_naming_it():
     from xisa.analyze.codeobject import code_sha256
 
     for broken in (b"", b"not an elf at all", b"\x7fELF\x02\x01" + b"\0" * 58 + b"\xff" * 64):
-        with pytest.raises(ParseError, match="hsaco"):
+        with pytest.raises(ParseError, match="code object is not a readable ELF"):
             code_sha256(broken)
 
 
@@ -326,7 +326,7 @@ def test_the_amd_entry_analyzes_with_occupancy_and_names_every_resource_it_repor
     asm = (repo / "tests" / "fixtures" / "asm" / "scale_gfx942.amdgcn").read_text()
     assert gfx942.handler is backend("hip") is backend_of_isa("amdgcn") is AMD
     plain, _ = analyze_amdgcn(asm, lds_bytes=2048)
-    analysis = AMD.analyze(asm, _elf_with_text(b"\x00" * 8), shared_bytes=2048, num_warps=4, target=gfx942)
+    analysis = AMD.analyze(asm, _elf_with_text(b"\x00" * 8), None, shared_bytes=2048, num_warps=4, target=gfx942)
     assert analysis.sha256 == plain.sha256 and analysis.code_sha256 is not None
     res = analysis.resources
     assert set(res) == set(AMD.resources)

@@ -255,11 +255,11 @@ class _LazyAsm(dict):
         raise AssertionError(f"asked for {key}")
 
 
-def test_nvidia_has_no_cubin_fingerprint_and_never_makes_triton_disassemble():
+def test_nvidia_cubin_fingerprint_is_its_code_object_and_never_makes_triton_disassemble():
     asm = _LazyAsm(ttir=_mlir(TTIR), ttgir=_mlir(TTGIR), llir=_llir(), ptx=_ptx(), cubin=b"\x7fELF")
-    prints = stage_fingerprints(NVIDIA, asm, _analysis(isa="sass"), kernel="scale_kernel")
-    assert tuple(prints) == NVIDIA.fingerprinted_stages == ("ttir", "ttgir", "llir", "ptx", "sass")
-    assert prints["sass"] == "a" * 64
+    prints = stage_fingerprints(NVIDIA, asm, _analysis(isa="sass", code_sha256="c" * 64), kernel="scale_kernel")
+    assert tuple(prints) == NVIDIA.fingerprinted_stages == ("ttir", "ttgir", "llir", "ptx", "sass", "cubin")
+    assert prints["sass"] == "a" * 64 and prints["cubin"] == "c" * 64
 
 
 ORDER = AMD.fingerprinted_stages

@@ -96,8 +96,9 @@ class Delta:
         """What changed that the instruction stream does not show, in words ("" when the stream changed)."""
         if "sha256" in self.fields:
             return ""
-        if self.code_sections:
-            return f"the printed stream is the same, the code object is not ({', '.join(self.code_sections)})"
+        if self.code_sections or "code_sha256" in self.fields:
+            where = f" ({', '.join(self.code_sections)})" if self.code_sections else ""
+            return f"the printed stream is the same, the code bytes are not{where}"
         if self.binding:
             return "the printed stream is the same, the launch is not (" + ", ".join(
                 f"{k}: {b!r} -> {h!r}" for k, b, h in self.binding) + ")"

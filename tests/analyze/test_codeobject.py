@@ -1,0 +1,161 @@
+"""The code object is the verdict's ground truth (issue 22): every byte a launch loads is fingerprinted, debug
+information alone is left out, and that one mask is measured, not assumed.
+
+Unit tests build small ELF files by hand; the measured ones compile a kernel on every bundled target from two
+checkouts (another path, lines moved) and compare the code objects section by section.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from xisa.analyze import codeobject
+from xisa.errors import ParseError
+
+_SECTION = struct.Struct("<IIQQQQIIQQ")
+SHF_WRITE, SHF_ALLOC, SHF_EXEC = 0x1, 0x2, 0x4
+PROGBITS, NOBITS = 1, 8
+
+
+def elf(sections: list[tuple[str, int, int, bytes]], *, flags: int = 0, machine: int = 224) -> bytes:
+    """An ELF of (name, type, flags, bytes) sections (NOBITS: bytes stand for the size), with its name table."""
+    names = b"\0" + b"".join(name.encode() + b"\0" for name, *_ in sections) + b".shstrtab\0"
+    body, headers, offset = b"", [_SECTION.pack(*[0] * 10)], 64
+    name_at = 1
+    for name, kind, section_flags, data in sections:
+        size = len(data)
+        headers.append(_SECTION.pack(name_at, kind, section_flags, 0, offset, size, 0, 0, 4, 0))
+        name_at += len(name) + 1
+        if kind != NOBITS:
+            body += data
+            offset += size
+    headers.append(_SECTION.pack(name_at, 3, 0, 0, offset, len(names), 0, 0, 1, 0))
+    shoff = offset + len(names)
+    header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + b"\0" * 9, 2, machine, 1, 0, 0, shoff, flags,
+                         64, 0, 0, 64, len(headers), len(headers) - 1)
+    return header + body + names + b"".join(headers)
+
+
+CODE = (".text.k", PROGBITS, SHF_ALLOC | SHF_EXEC, b"\x01\x02\x03\x04")
+BASE = [CODE, (".nv.constant3", PROGBITS, SHF_ALLOC, b"\x01\0\0\0\x02\0\0\0"),
+        (".nv.info.k", 0x70000000, 0, b"\x04\x37\x04\x00\x80\x00\x00\x00"),
+        (".data", PROGBITS, SHF_ALLOC | SHF_WRITE, b"\x05\0\0\0"), (".bss", NOBITS, SHF_ALLOC | SHF_WRITE, b"\0" * 16),
+        (".debug_line", PROGBITS, 0, b"/home/a/k.py\0"), (".nv_debug_ptx_txt", PROGBITS, 0, b".file 1 /home/a\0"),
+        (".rela.debug_line", 4, 0, b"\0" * 24), (".nv.merc.debug_line", PROGBITS, 0, b"/home/a/k.py\0")]
+
+
+def _with(index: int, data: bytes) -> bytes:
+    sections = list(BASE)
+    name, kind, flags, _ = sections[index]
+    sections[index] = (name, kind, flags, data)
+    return elf(sections)
+
+
+@pytest.mark.parametrize("index, data", [
+    (0, b"\x01\x02\x03\x05"),                       # an instruction
+    (1, b"\x05\0\0\0\x06\0\0\0"),                   # a constant bank the text names by address only
+    (2, b"\x04\x37\x04\x00\x00\x01\x00\x00"),       # a launch attribute (REQNTID 128 -> 256)
+    (3, b"\x06\0\0\0"),                             # writable initialised data
+    (4, b"\0" * 32),                                # the size of zeroed data
+])
+def test_every_loaded_byte_moves_the_fingerprint_and_names_its_section(index, data):
+    before, after = elf(BASE), _with(index, data)
+    assert codeobject.code_sha256(before) != codeobject.code_sha256(after)
+    changed = codeobject.changed_sections(codeobject.short_digests(codeobject.section_digests(before)),
+                                          codeobject.short_digests(codeobject.section_digests(after)))
+    assert changed == [BASE[index][0]]
+
+
+@pytest.mark.parametrize("index", [5, 6, 7, 8])
+def test_debug_information_alone_is_left_out(index):
+    assert codeobject.code_sha256(elf(BASE)) == codeobject.code_sha256(_with(index, b"/somewhere/else/k.py\0"))
+
+
+def test_the_header_identity_is_fingerprinted():
+    """e_flags carries the target ID (AMD: gfx942, xnack, sramecc; NVIDIA: the SM): another target, another code."""
+    assert codeobject.code_sha256(elf(BASE, flags=0x4c)) != codeobject.code_sha256(elf(BASE, flags=0x4d))
+    assert codeobject.code_sha256(elf(BASE, machine=224)) != codeobject.code_sha256(elf(BASE, machine=190))
+
+
+def test_the_debug_mask_is_names_of_debug_information_only():
+    for name in (".debug_info", ".debug_line", ".nv_debug_line_sass", ".rela.debug_frame", ".rel.debug_line",
+                 ".nv.merc.debug_line", ".nv.merc.rela.debug_frame", ".nv.merc.nv_debug_ptx_txt"):
+        assert codeobject.is_debug_info(name), name
+    for name in (".text", ".rodata", ".data", ".note", ".nv.info.k", ".nv.constant3", ".rela.text.k", ".symtab",
+                 ".nv.capmerc.text.k", ".nv.merc.nv.info.k", ".comment", ".debugger_hint", "debug_line"):
+        assert not codeobject.is_debug_info(name), name
+
+
+def test_a_code_object_without_code_is_a_parse_error():
+    with pytest.raises(ParseError, match="no executable section"):
+        codeobject.code_sha256(elf([s for s in BASE if s is not CODE]))
+
+
+# --- measured: the mask is what a moved checkout changes, on every bundled target ------------------------------
+
+KERNEL = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def moved_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(y_ptr + offsets, tl.exp(x) * 2.0 + 1.0, mask=mask)
+"""
+SPEC = """\
+source: moved.py
+function: moved_kernel
+targets: ['*']
+defaults:
+  args:
+    x_ptr: {tensor: fp32, shape: [4096]}
+    y_ptr: {tensor: fp32, shape: [4096]}
+    n: 4096
+cases:
+  - name: b256
+    constexprs: {BLOCK: 256}
+"""
+
+
+def _project(root: Path) -> Path:
+    (root / "kernels").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["kernels"]\n')
+    (root / "kernels" / "moved.py").write_text(KERNEL)
+    (root / "kernels" / "moved.yaml").write_text(SPEC)
+    return root
+
+
+def _emitted(run_xisa, project: Path, cache: Path) -> tuple[dict[str, dict], dict[str, bytes]]:
+    out = run_xisa("compile", "--json", "--no-cache", "--emit", "emit", cwd=project, env={"XISA_CACHE_DIR": str(cache)})
+    assert out.code == 0, out.err
+    cells = {c["target"]: c for c in json.loads(out.out)["cells"]}
+    binaries = {path.parent.name: path.read_bytes() for path in (project / "emit").glob("moved/b256/*/moved.*")
+                if path.suffix in (".hsaco", ".cubin")}
+    return cells, binaries
+
+
+def test_a_moved_checkout_changes_debug_information_only_on_every_target(run_xisa, tmp_path):
+    first_cells, first = _emitted(run_xisa, _project(tmp_path / "a"), tmp_path / "cache-a")
+    moved = tmp_path / "elsewhere" / "a much longer path" / "checkout"
+    shutil.copytree(tmp_path / "a", moved)
+    source = moved / "kernels" / "moved.py"
+    source.write_text("# moved, and every line of the kernel two lines down\n\n" + source.read_text())
+    moved_cells, second = _emitted(run_xisa, moved, tmp_path / "cache-b")
+    assert set(first) == set(first_cells) and len(first) == 13
+    for target, binary in first.items():
+        identity_a, sections_a = codeobject.read_elf(binary)
+        identity_b, sections_b = codeobject.read_elf(second[target])
+        differing = {a.name for a, b in zip(sections_a, sections_b, strict=True) if a != b}
+        assert identity_a == identity_b
+        assert all(codeobject.is_debug_info(name) for name in differing), (target, differing)
+        assert moved_cells[target]["code_sha256"] == first_cells[target]["code_sha256"]
+    # the mask is not vacuous: the line information did move on the targets that keep it in the code object
+    assert any(first[t] != second[t] for t in first)
