@@ -21,7 +21,7 @@ from typing import Any, ContextManager
 
 from xisa.analyze.expect import Failure, check_against_targets, evaluate, judge_launch
 from xisa.analyze.loops import Loop, analysis_loops
-from xisa.compile.bind import count_configs
+from xisa.compile.autotune import count_configs
 from xisa.compile.mca import Estimate, estimate_loop
 from xisa.compile.result import CellResult
 from xisa.compile.runner import RunOptions, run_cells
@@ -856,7 +856,7 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
     import shutil
     import subprocess
 
-    from xisa.compile.bind import DTYPES
+    from xisa.compile.standins import DTYPES
     from xisa.spec.capture import group_launches, read_records, render_spec
 
     if not command:
