@@ -818,7 +818,7 @@ def device(*, arch: list[str] | None = None, kernel: list[str] | None = None, sp
     devices = detect_devices(ws.targets) if devices is None else devices
     chosen, cells = ws.select(arch=arch, kernel=kernel)
     return run_device_tier(chosen, cells, devices=devices, roots=list(ws.project.kernel_roots),
-                           cache_dir=ws.project.cache_dir, options=options, emit=emit)
+                           cache_dir=ws.project.cache_dir, options=options, emit=emit, arch=arch, kernel=kernel)
 
 
 def doctor(*, cwd: Path | None = None, environ: dict[str, str] | None = None, torch_module: Any = None,

@@ -273,6 +273,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if config.getoption("xisa", default=False):
+        from xisa.compile.toolchain import pinned_note
+
+        note = pinned_note()   # as every command says it: the cells ignored a knob the environment sets
+        if note:
+            terminalreporter.write_line(f"xisa: note: {note}")
     unused = config.stash.get(_UNUSED_KEY, [])
     if not unused:
         return

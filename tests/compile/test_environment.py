@@ -122,3 +122,58 @@ def test_pinned_codegen_knobs_leave_the_result_unchanged(run_xisa, tinyproj, var
     assert shas(pinned) == shas(plain)
     again = run_xisa("compile", *selection, cwd=tinyproj)                  # and the cache was not poisoned
     assert shas(again) == shas(plain)
+
+
+# --- a pin is never silent (issue 22, class 7) --------------------------------------------------------
+
+NOTE = "xisa: note: the environment sets "
+
+
+@pytest.mark.parametrize("variable,value,pinned", [
+    ("TRITON_HIP_USE_COEXEC_SCHEDULER", "1", "TRITON_HIP_USE_COEXEC_SCHEDULER unset"),
+    ("AMDGCN_USE_BUFFER_OPS", "0", "AMDGCN_USE_BUFFER_OPS=1"),
+    ("TRITON_DEFAULT_FP_FUSION", "0", "TRITON_DEFAULT_FP_FUSION=1"),
+    ("PTXAS_OPTIONS", "-O1 -v", "PTXAS_OPTIONS unset"),
+])
+def test_a_pinned_variable_the_environment_sets_is_named_once_warm_and_cold(run_xisa, tinyproj, variable, value,
+                                                                            pinned):
+    selection = ("--arch", "gfx942", "--kernel", "scale:small")
+    assert run_xisa("bless", *selection, cwd=tinyproj).code == 0
+    for extra in ((), ("--no-cache",)):
+        out = run_xisa("check", *selection, *extra, cwd=tinyproj, env={variable: value})
+        notes = [line for line in out.err.splitlines() if line.startswith("xisa: note:")]
+        assert out.code == 0 and len(notes) == 1, (extra, out.err)
+        shown = f"{variable}='{value}'" if " " in value else f"{variable}={value}"
+        assert notes[0].startswith(f"{NOTE}{shown}, which xisa pins ({pinned}, as a default launch has them)")
+        assert f"to see what it changes: xisa ab --b-env {shown} (with this command's --arch/--kernel)" in notes[0]
+
+
+def test_no_note_for_a_pinned_value_or_an_ab_side():
+    assert toolchain.pinned_note({}) is None
+    assert toolchain.pinned_note({"TRITON_DEFAULT_FP_FUSION": "1", "AMDGCN_USE_BUFFER_OPS": "1"}) is None
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_ENV))
+def test_every_pinned_variable_is_named_with_how_to_measure_it(name):
+    """Each pinned variable, set otherwise, is named in one line; the `xisa ab` offered is one xisa runs (its
+    knob is a side's knob), and a variable no side may set says why instead."""
+    value = "1" if PINNED_ENV[name] in (None, "0") else "0"
+    note = toolchain.pinned_note({name: value, "TRITON_HIP_USE_BLOCK_PINGPONG": "1"})
+    assert note is not None and "\n" not in note and note.startswith("the environment sets ")
+    assert f"{name}={value}" in note.partition(", which xisa pins")[0]
+    offered = re.findall(r"--b-env (\w+)=", note)
+    toolchain.check_side_knobs({knob: "1" for knob in offered})
+    if name in toolchain.NOT_SIDE_KNOBS:
+        assert offered == ["TRITON_HIP_USE_BLOCK_PINGPONG"] and f"; {name} {toolchain.NOT_SIDE_KNOBS[name]}" in note
+    else:
+        assert sorted(offered) == sorted({name, "TRITON_HIP_USE_BLOCK_PINGPONG"})
+
+
+def test_the_offered_ab_measures_the_knob(run_xisa, tinyproj):
+    """The command the note offers runs and shows the change the pin kept out of the results."""
+    selection = ("--arch", "gfx942", "--kernel", "scale:big")
+    out = run_xisa("compile", *selection, cwd=tinyproj, env={"AMDGCN_USE_BUFFER_OPS": "0"})
+    assert out.code == 0, out.err
+    offered = re.search(r"xisa ab (--b-env \S+)", out.err).group(1).split()
+    ab = run_xisa("ab", *offered, *selection, cwd=tinyproj)
+    assert ab.code == 1 and "scale:big@gfx942" in ab.out, ab.out + ab.err

@@ -89,3 +89,68 @@ def test_xisa_device_marker_skips_with_the_reason(pytester):
     result = pytester.runpytest("-rs", "--strict-markers")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*no GPU: needs gfx11*"])
+
+
+# A selection that ran nothing verified nothing: `xisa device --arch sm_90` with no GPU used to exit 0.
+
+@pytest.mark.parametrize("args,names", [
+    (("--arch", "gfx942"), ["--arch gfx942: no cell ran (gfx942: no GPU)"]),
+    (("--arch", "gfx9*,gfx1201"), ["--arch gfx9*: no cell ran (gfx942: no GPU)",
+                                   "--arch gfx1201: no cell ran (gfx1201: no GPU)"]),
+    (("--kernel", "dot"), ["--kernel dot: no cell ran (gfx1100: no GPU; gfx942: no GPU)"]),
+])
+def test_a_named_selection_that_ran_nothing_exits_2(run_xisa_in_process, tinyproj, args, names):
+    out = run_xisa_in_process("device", *args, cwd=tinyproj)
+    assert out.code == 2, out.err
+    lines = [line for line in out.err.splitlines() if line.startswith("xisa: error:")]
+    assert [line.removeprefix("xisa: error: ").partition(") (fix:")[0] + ")" for line in lines] == names
+    assert all("(fix: run it where a GPU of that target is visible" in line for line in lines)
+    report = json.loads(run_xisa_in_process("device", "--json", *args, cwd=tinyproj).out)
+    assert report["exit_code"] == 2 and len(report["not_run"]) == len(names) and report["cells"] == []
+
+
+def test_without_arch_and_without_a_gpu_the_run_says_so(run_xisa_in_process, tinyproj):
+    out = run_xisa_in_process("device", cwd=tinyproj)
+    assert out.code == 0 and "xisa: note: no GPU is visible, so no cell ran" in out.err
+
+
+def test_a_gpu_present_whose_cases_name_no_check_ran_nothing(tinyproj, monkeypatch):
+    """A GPU of a selected target is there, but no case of it names a `runtime:` check: nothing ran."""
+    from xisa import api
+
+    monkeypatch.chdir(tinyproj)
+    mi300 = detect_devices(TARGETS, torch_module=fake_torch([amd("gfx942:sramecc+:xnack-")], hip=True))
+    report = api.device(devices=mi300)
+    assert report.exit_code == 2
+    assert report.not_run == [
+        "the gfx942 GPU present: no cell ran (dot:f16_32@gfx942: skip: the case names no runtime check; "
+        "scale:small@gfx942: skip: the case names no runtime check; scale:big@gfx942: skip: the case names no "
+        "runtime check) (fix: run it where a GPU of that target is visible and its cases name a `runtime:` check, "
+        "or leave it out of the selection)"]
+    assert api.device(arch=["gfx942"], devices=mi300).not_run[0].startswith("--arch gfx942: no cell ran (")
+
+
+def test_each_part_of_the_selection_needs_a_cell_that_ran(tinyproj, monkeypatch):
+    """One target ran, another named one did not (an H200 asked for sm_90 and gfx942): still exit 2; a
+    failed check ran (exit 1), an errored one did not verify anything (exit 2 anyway)."""
+    from xisa import api
+    from xisa.device.launch import RuntimeResult
+    from xisa.device.tier import DeviceReport, not_run
+
+    monkeypatch.chdir(tinyproj)
+    ws = api.open_workspace()
+    _, cells = ws.select(arch=["gfx942", "gfx1100"])
+    ran = [RuntimeResult(c.kernel.name, c.case, c.target.name, "pass") for c in cells if c.target.name == "gfx942"]
+    report = DeviceReport(devices=[], results=ran, skipped_targets={"gfx1100": "no gfx1100 device present"})
+    assert not_run(cells, report, arch=["gfx942", "gfx1100"], kernel=["scale:big"], present=["gfx942"]) == [
+        "--arch gfx1100: no cell ran (gfx1100: no gfx1100 device present) (fix: run it where a GPU of that target "
+        "is visible and its cases name a `runtime:` check, or leave it out of the selection)"]
+    assert not_run(cells, report, arch=["gfx942"], kernel=["scale:big"], present=["gfx942"]) == []
+    for result in ran:
+        result.status = "fail"
+    assert not_run(cells, report, arch=None, kernel=None, present=["gfx942"]) == []
+    report.not_run = []
+    assert report.exit_code == 1
+    report.results = [RuntimeResult("dot", "f16_32", "gfx942", "error", "boom")]
+    assert not_run(cells, report, arch=None, kernel=["dot"], present=["gfx942"])[1].startswith(
+        "--kernel dot: no cell ran (gfx1100: no gfx1100 device present; dot:f16_32@gfx942: error: boom)")

@@ -71,7 +71,7 @@ def ab_side(
     jobs: JobsOption = 0, timeout: TimeoutOption = 600.0, no_cache: NoCacheOption = False,
 ) -> None:
     """One side of `xisa ab`, run by that side's Python: compile the selection and write every result whole."""
-    options = run_options(jobs, timeout, no_cache)
+    options = run_options(jobs, timeout, no_cache, note=False)
     options.knobs = parse_knobs(knob or [], field="--knob")
     run = api.compile(arch=arch, kernel=kernel, spec=spec, options=options)
     payload = side_payload(run.results, run.toolchain(), run.toolchains())

@@ -24,6 +24,11 @@ def device(
 ) -> None:
     """Run the cases' runtime checks on the GPU present and prove the launch compiled what xisa predicts."""
     report = api.device(arch=arch, kernel=kernel, spec=spec, options=run_options(jobs, timeout, False), emit=emit)
+    for line in report.not_run:   # a selection that verified nothing: diagnostics, whatever the format
+        typer.echo(f"xisa: error: {line}", err=True)
+    if not report.devices and not report.not_run:
+        typer.echo("xisa: note: no GPU is visible, so no cell ran (name targets with --arch to make that "
+                   "exit 2)", err=True)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         raise typer.Exit(report.exit_code)
@@ -42,6 +47,6 @@ def device(
     for r in report.results:
         counts[r.status] = counts.get(r.status, 0) + 1
     equal = sum(1 for r in report.results if r.fidelity == "equal")
-    out.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no cells ran",
-              f"; fidelity equal: {equal}; targets skipped: {len(report.skipped_targets)}")
+    out.print((", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no cells ran")
+              + f"; fidelity equal: {equal}; targets skipped: {len(report.skipped_targets)}")
     raise typer.Exit(report.exit_code)

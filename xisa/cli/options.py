@@ -35,9 +35,15 @@ NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Compile every c
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the verdict and errors.")]
 
 
-def run_options(jobs: int, timeout: float, no_cache: bool, *, keep_stages: bool = False):
+def run_options(jobs: int, timeout: float, no_cache: bool, *, keep_stages: bool = False, note: bool = True):
+    """Every command that compiles builds its options here, once: so a pinned variable the environment sets
+    is named here, once per command, warm or cold (`note=False`: an `xisa ab` side, whose parent names it)."""
     from xisa.compile.runner import RunOptions
+    from xisa.compile.toolchain import pinned_note
 
+    line = pinned_note() if note else None
+    if line:
+        stderr().print(f"xisa: note: {line}", markup=False, highlight=False)
     return RunOptions(jobs=jobs, timeout=timeout, use_cache=not no_cache, keep_stages=keep_stages)
 
 

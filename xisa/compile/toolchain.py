@@ -315,6 +315,32 @@ def pinned_overrides(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: env[k] for k, v in PINNED_ENV.items() if k in env and env[k] != v}
 
 
+def pinned_note(environ: dict[str, str] | None = None) -> str | None:
+    """One line naming every pinned variable the environment sets to another value than xisa compiles with,
+    and the `xisa ab` that measures what it would change (None: the environment sets none). A pin that is
+    silent lets a user believe the results honour a knob they set."""
+    import shlex
+
+    overridden = pinned_overrides(environ)
+    if not overridden:
+        return None
+    shown = lambda name, value: f"{name}={shlex.quote(value)}"  # noqa: E731
+    pins = ", ".join(f"{name} unset" if PINNED_ENV[name] is None else shown(name, PINNED_ENV[name])
+                     for name in overridden)
+    line = (f"the environment sets {', '.join(shown(k, v) for k, v in overridden.items())}, which xisa pins "
+            f"({pins}, as a default launch has them): these results do not follow "
+            f"{'it' if len(overridden) == 1 else 'them'}")
+    measurable = [name for name in overridden if name not in NOT_SIDE_KNOBS]
+    if measurable:
+        flags = " ".join(f"--b-env {shown(name, overridden[name])}" for name in measurable)
+        line += f"; to see what {'it changes' if len(measurable) == 1 else 'they change'}: xisa ab {flags} " \
+                "(with this command's --arch/--kernel)"
+    for name in overridden:
+        if name in NOT_SIDE_KNOBS:
+            line += f"; {name} {NOT_SIDE_KNOBS[name]}"
+    return line
+
+
 def apply_pinned_env(cache_dir: Path, *, triton_cache: Path | None = None, knobs: dict[str, str] | None = None) -> None:
     """Pin codegen knobs and a Triton cache private to xisa, in this process, before Triton compiles.
 

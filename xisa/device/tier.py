@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -13,8 +14,10 @@ from xisa.device.launch import (RuntimeResult, diff_bindings, fresh_launch_cache
                           run_check)
 from xisa.compile.runner import RunOptions, run_cells
 from xisa.compile.toolchain import check_environment, describe_toolchain, pinned_overrides
-from xisa.spec.cases import Cell
+from xisa.spec.cases import Cell, matches_kernel_filter
 from xisa.spec.targets import Target
+
+RAN = ("pass", "fail")   # a cell whose check ran on a GPU; `skip` and `error` verified nothing
 
 
 @dataclass
@@ -23,10 +26,13 @@ class DeviceReport:
     results: list[RuntimeResult]
     skipped_targets: dict[str, str] = field(default_factory=dict)
     toolchain: dict[str, str] = field(default_factory=dict)
+    # One line per part of the selection (an --arch or --kernel value, or a GPU's target) that ran no
+    # cell: a pass that verified nothing there is not a pass (exit 2).
+    not_run: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
-        if any(r.status == "error" for r in self.results):
+        if self.not_run or any(r.status == "error" for r in self.results):
             return EXIT_UNTRUSTED
         if any(r.status == "fail" for r in self.results):
             return EXIT_REGRESSION
@@ -39,13 +45,60 @@ class DeviceReport:
                 "devices": [{"index": d.index, "name": d.name, "arch": d.arch, "target": d.target}
                             for d in self.devices],
                 "skipped_targets": self.skipped_targets, "cells": [r.to_json() for r in self.results],
-                "exit_code": self.exit_code}
+                "not_run": self.not_run, "exit_code": self.exit_code}
 
 
 def run_device_tier(chosen: list[Target], cells: list[Cell], *, devices: list[Device], roots: list[Path],
-                    cache_dir: Path, options: RunOptions, emit: Path | None = None) -> DeviceReport:
-    """The selected cells (`chosen` targets) on `devices`; `roots` are the kernels' import roots.
-    `emit`: write each cell's launch and ahead-of-time stages there, to diff a fidelity failure."""
+                    cache_dir: Path, options: RunOptions, emit: Path | None = None,
+                    arch: list[str] | None = None, kernel: list[str] | None = None) -> DeviceReport:
+    """The selected cells (`chosen` targets, chosen by the `arch` and `kernel` values) on `devices`;
+    `roots` are the kernels' import roots. `emit`: write each cell's launch and ahead-of-time stages
+    there, to diff a fidelity failure."""
+    report = _run(chosen, cells, devices=devices, roots=roots, cache_dir=cache_dir, options=options, emit=emit)
+    report.not_run = not_run(cells, report, arch=arch, kernel=kernel,
+                             present=[t.name for t in chosen if t.name in present_targets(devices)])
+    return report
+
+
+def not_run(cells: list[Cell], report: DeviceReport, *, arch: list[str] | None, kernel: list[str] | None,
+            present: list[str]) -> list[str]:
+    """Each part of the selection that no cell which ran covers: every --arch piece, every --kernel
+    filter, and without --arch every selected target a GPU present is (the others are skipped by design)."""
+    ran = {r.id for r in report.results if r.status in RAN}
+    parts = [(f"--arch {piece}", lambda c, p=piece: fnmatch.fnmatchcase(c.target.name, p))
+             for pattern in arch or [] for piece in (p.strip() for p in pattern.split(",")) if piece]
+    if not arch:
+        parts += [(f"the {name} GPU present", lambda c, n=name: c.target.name == n) for name in present]
+    parts += [(f"--kernel {flt}", lambda c, f=flt: matches_kernel_filter(f, c.kernel.name, c.case))
+              for flt in kernel or []]
+    lines = []
+    for label, selects in parts:
+        mine = [c for c in cells if selects(c)]
+        if not any(c.id in ran for c in mine):
+            lines.append(f"{label}: no cell ran ({_why_not(mine, report)}) (fix: run it where a GPU of "
+                         "that target is visible and its cases name a `runtime:` check, or leave it out of "
+                         "the selection)")
+    return lines
+
+
+def _why_not(cells: list[Cell], report: DeviceReport) -> str:
+    if not cells:
+        return "it selects no cell"
+    results = {r.id: r for r in report.results}
+    reasons: dict[str, None] = {}
+    for cell in cells:
+        result = results.get(cell.id)
+        if cell.target.name in report.skipped_targets:
+            reasons[f"{cell.target.name}: {report.skipped_targets[cell.target.name]}"] = None
+        elif result is not None:
+            reasons[f"{result.id}: {result.status}: {result.message}"] = None
+    shown = list(reasons)[:3]
+    more = f"; {len(reasons) - 3} more" if len(reasons) > 3 else ""
+    return "; ".join(shown) + more
+
+
+def _run(chosen: list[Target], cells: list[Cell], *, devices: list[Device], roots: list[Path], cache_dir: Path,
+         options: RunOptions, emit: Path | None) -> DeviceReport:
     present = present_targets(devices)
     report = DeviceReport(devices=devices, results=[])
     for target in chosen:
