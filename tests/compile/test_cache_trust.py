@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, one_case_spec, write_files
-from xisa.compile.cache import ResultCache, triton_cache_class, write_private
+from xisa.compile.cache import TRITON, ResultCache, triton_cache_class, write_private
 from xisa.compile.result import CellResult
 
 HELPER = """import triton
@@ -415,7 +415,7 @@ def test_cache_of_another_user_is_refused(run_xisa, tinyproj, tmp_path):
 
 
 def _amdgcn_files(cache: Path) -> dict[Path, str]:
-    return {p: p.read_text() for p in (cache / "triton").rglob("*.amdgcn")}
+    return {p: p.read_text() for p in (cache / TRITON).rglob("*.amdgcn")}
 
 
 def test_no_cache_and_cache_clear_never_reuse_tritons_cache(run_xisa, tinyproj, tmp_path):

@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
 import mutation  # noqa: E402  (bench/ is not a package)
+import yaml  # noqa: E402
 
 TARGETS = ("gfx942", "sm_90", "sm_100")
 
@@ -38,3 +39,17 @@ def test_every_changed_code_object_is_a_changed_verdict_warm_and_cold(tmp_path, 
     unseen = {row.mutation: row.sections for row in rows if row.sections and row.cell.endswith("@sm_90")}
     assert any(".nv.constant" in s for s in unseen["constant table {1,2,3,4} -> {5,6,7,8}"]), table
     assert any(".nv.info" in s for s in unseen["launch option num_warps 4 -> 8"]), table
+
+
+def test_goldens_of_another_ptxas_under_the_same_triton_are_untrusted(run_xisa, tmp_path):
+    project = mutation.scratch_project(tmp_path / "scratch", ("sm_90",))
+    for spec in ("fma.yaml", "table.yaml"):
+        (project / "kernels" / spec).unlink()
+    assert run_xisa("bless", cwd=project).code == 0
+    golden = project / "golden" / "scalar" / "one" / "sm_90.yaml"
+    text = golden.read_text()
+    installed = yaml.safe_load(text)["toolchain"]["ptxas"]
+    golden.write_text(text.replace(f"ptxas: '{installed}'", "ptxas: '11.0'"))
+    out = run_xisa("check", cwd=project)
+    assert out.code == 2 and out.out == "", out.err
+    assert f"made with ptxas 11.0 but {installed} is installed" in out.err and "sm_90.yaml" in out.err

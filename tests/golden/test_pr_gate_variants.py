@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
 from pathlib import Path
 
+import pytest
+
+from xisa.analyze import ANALYZER_VERSION
 from test_pr_gate import KERNEL, MODULE_KERNEL, PYPROJECT, SPEC, _one_line, edit, git, repo  # noqa: F401 (repo: a fixture)
 from conftest import REPO
 
@@ -130,7 +132,7 @@ def test_base_goldens_of_another_analyzer_or_toolchain_point_at_compile_base(run
     gate said `re-bless with xisa bless`, which the PR had done and which cannot change the base."""
     git(repo, "checkout", "-qb", "old-analyzer")
     for path in (repo / "golden").rglob("*.yaml"):
-        edit(path, "analyzer: 2\n", "analyzer: 1\n")
+        edit(path, f"analyzer: {ANALYZER_VERSION}\n", "analyzer: 1\n")
     git(repo, "commit", "-qam", "goldens of analyzer 1")
     git(repo, "checkout", "-qb", "upgrade")
     assert "3 written" in run_xisa("bless", "-j", "2", cwd=repo).out

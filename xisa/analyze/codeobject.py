@@ -142,7 +142,6 @@ def fingerprint(analysis, elf: bytes) -> None:
 
 
 def changed_sections(base: dict[str, str], head: dict[str, str]) -> list[str]:
-    """The sections (and `HEADER`) whose recorded digests differ, added or removed, in the head's order then
-    the base's."""
-    names = [*head, *(n for n in base if n not in head)]
-    return [n for n in names if base.get(n) != head.get(n)]
+    """The sections (and `HEADER`) whose recorded digests differ, added or removed, sorted (a golden's YAML and a
+    cached result keep their keys sorted, a fresh analysis in section-table order)."""
+    return sorted(n for n in set(base) | set(head) if base.get(n) != head.get(n))

@@ -33,11 +33,12 @@ from xisa.errors import ToolchainError
 from xisa.fsio import write_atomic
 from xisa.compile.result import CellResult
 from xisa.spec.cases import Cell
-from xisa.compile.toolchain import PINNED_ENV, knobs_digest, unclassified_environment
+from xisa.compile.toolchain import PINNED_ENV, TRITON_CACHE_FOLDER, knobs_digest, unclassified_environment
 
 CACHE_FORMAT = 2
 RESULTS = "results"
-TRITON = "triton"      # Triton's own cache, private to xisa
+TRITON = TRITON_CACHE_FOLDER   # Triton's own cache, private to xisa (xisa.compile.toolchain)
+_OLD_TRITON = ("triton",)      # what older xisa called it: `xisa cache clear` removes it too
 TIMINGS = "timings.json"
 TRITON_ENTRY_READS = "xisa-reads.json"   # in each Triton cache entry: the files its compile read
 
@@ -186,7 +187,7 @@ def clear_cache(cache_dir: Path) -> int:
     results = cache_dir / RESULTS
     count = sum(1 for _ in results.rglob("*.json")) if results.is_dir() and not results.is_symlink() else 0
     for entry in cache_dir.iterdir():
-        if entry.name not in (RESULTS, TRITON, TIMINGS) and not entry.name.startswith(".tmp-"):
+        if entry.name not in (RESULTS, TRITON, TIMINGS, *_OLD_TRITON) and not entry.name.startswith(".tmp-"):
             continue  # not ours: leave it
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)

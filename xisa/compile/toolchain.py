@@ -17,6 +17,10 @@ from xisa.errors import ToolchainError
 
 SUPPORTED_TRITON = ((3, 6), (3, 9))  # inclusive minor range
 GOLDEN_TRITON = "3.8.0"              # the version this repository's goldens are made with
+# The folder of Triton's own cache inside xisa's. Its entries outlive xisa's results, so one made by an xisa that
+# compiled otherwise must not be found: "triton-2" holds only cubins that ptxas made with address randomization
+# off (xisa.compile.cell.fixed_addresses).
+TRITON_CACHE_FOLDER = "triton-2"
 
 # Every environment variable the installed Triton reads, classified once: its knobs (`triton.knobs`) and
 # the variables its C++ side folds into its cache key (`get_cache_invalidating_env_vars`). A variable
@@ -361,7 +365,7 @@ def apply_pinned_env(cache_dir: Path, *, triton_cache: Path | None = None, knobs
     os.environ.update(knobs or {})
     # Triton's cache keys on a kernel's starting line, not its path: a shared cache could hand us
     # another checkout's asm. Keep ours apart.
-    os.environ["TRITON_CACHE_DIR"] = str(triton_cache or cache_dir / "triton")
+    os.environ["TRITON_CACHE_DIR"] = str(triton_cache or cache_dir / TRITON_CACHE_FOLDER)
 
 
 def triton_version() -> str:

@@ -312,7 +312,6 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
     verdicts: list[CellVerdict] = []
     golden_toolchains: dict[str, list[str]] = {}
     golden_analyzers: dict[int, list[str]] = {}   # analyzer version -> golden files made by another one
-    other_tools: dict[tuple[str, str], list[str]] = {}   # (tool, golden's version) -> golden files, Triton's aside
     problems: list[str] = []
 
     def show(path: Path) -> str:   # a base's golden as git names it (`main:golden/...`), not this tree's file
@@ -333,9 +332,6 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                 golden = read_golden(yaml_path, stream_path, display=show(yaml_path))
                 verdict.base = golden
                 golden_toolchains.setdefault(golden.toolchain.get("triton", "?"), []).append(show(yaml_path))
-                for tool, version in golden.toolchain.items():   # ptxas, the AMD codegen revision: a golden's too
-                    if tool != "triton" and tool in toolchain and toolchain[tool] != str(version):
-                        other_tools.setdefault((tool, str(version)), []).append(show(yaml_path))
             except GoldenError as exc:
                 verdict.verdict, verdict.message = ERROR, f"corrupt golden: {exc}"
                 continue
@@ -387,10 +383,6 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
         problems.append(f"goldens were made with Triton {version} ({len(files)} files, e.g. {files[0]}) but Triton "
                         f"{installed} is installed: fingerprints cannot be compared (fix: install triton=={version} "
                         f"or re-bless with {installed})")
-    for (tool, version), files in sorted(other_tools.items()):
-        problems.append(f"goldens were made with {tool} {version} ({len(files)} files, e.g. {files[0]}) but {tool} "
-                        f"{toolchain[tool]} is installed: fingerprints cannot be compared (fix: install the toolchain "
-                        f"the goldens name, or re-bless with this one)")
     for version in sorted(golden_analyzers):
         if golden_owner:
             problems.append(f"the goldens of {golden_owner} were made by xisa's analyzer {version}, this xisa is "
