@@ -23,7 +23,8 @@ def device(
     emit: Annotated[Optional[Path], typer.Option("--emit", help="Write launch and ahead-of-time stages to DIR.")] = None,
 ) -> None:
     """Run the cases' runtime checks on the GPU present and prove the launch compiled what xisa predicts."""
-    report = api.device(arch=arch, kernel=kernel, spec=spec, options=run_options(jobs, timeout, False), emit=emit)
+    selection = api.Selection(arch=arch, kernel=kernel, spec=spec)
+    report = api.device(selection, options=run_options(jobs, timeout, False), emit=emit)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         raise typer.Exit(report.exit_code)
