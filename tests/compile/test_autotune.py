@@ -15,7 +15,9 @@ from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
 from conftest import FIXTURES, REPO
-from xisa.compile.bind import bind_cell, bind_values, count_configs, load_kernel_function, load_kernel_object, unwrap_kernel
+from xisa.compile.autotune import count_configs
+from xisa.compile.bind import bind_cell, bind_values
+from xisa.compile.loader import load_kernel_function, load_kernel_object, unwrap_kernel
 from xisa.compile.cache import cell_key
 from xisa.errors import SpecError, XisaError
 from xisa.spec.cases import build_cells, load_spec

@@ -34,11 +34,11 @@ def _pyproject(**settings: list[str]) -> str:
 
 def _compile(root: Path, cache: Path, *, use_cache: bool = True) -> dict[str, tuple]:
     """(status, cached, fingerprint, error) per cell, through the same calls `xisa compile` makes."""
-    from xisa.api import open_workspace, select_cells
+    from xisa.api import Selection, open_workspace
     from xisa.compile.runner import RunOptions, run_cells
 
     ws = open_workspace(cwd=root)
-    _, cells = select_cells(ws, arch=None, kernel=None)
+    _, cells = Selection().cells(ws)
     results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=cache,
                         options=RunOptions(jobs=1, use_cache=use_cache))
     return {cell.id: (r.status, r.cached, r.analysis.sha256 if r.analysis else None, r.error)
@@ -48,7 +48,7 @@ def _compile(root: Path, cache: Path, *, use_cache: bool = True) -> dict[str, tu
 def _load(root: Path, cwd: Path, target_name: str | None = None):
     """The kernel function of the project's only spec, loaded with `cwd` as the working folder."""
     from xisa.api import open_workspace
-    from xisa.compile.bind import load_kernel_function
+    from xisa.compile.loader import load_kernel_function
 
     saved = os.getcwd()
     os.chdir(cwd)
@@ -117,15 +117,15 @@ FAKE = {"fakelib/__init__.py": "", "fakelib/consts.py": "import triton.language 
 @pytest.fixture
 def installed(tmp_path, monkeypatch):
     """A site folder holding `fakelib`, counted as installed (like site-packages) and on sys.path."""
-    from xisa.compile import bind
+    from xisa.compile import reads
 
     site = write_files(tmp_path / "site", FAKE)
-    environment = bind._environment_roots()
-    monkeypatch.setattr(bind, "_environment_roots", lambda: (*environment, os.path.join(str(site), "")))
-    bind._in_environment.cache_clear()
+    environment = reads.environment_roots()
+    monkeypatch.setattr(reads, "environment_roots", lambda: (*environment, os.path.join(str(site), "")))
+    reads.in_environment.cache_clear()
     monkeypatch.syspath_prepend(str(site))
     yield site
-    bind._in_environment.cache_clear()
+    reads.in_environment.cache_clear()
 
 
 def _installed_project(root: Path, **settings) -> Path:
@@ -134,11 +134,12 @@ def _installed_project(root: Path, **settings) -> Path:
 
 
 def test_an_installed_kernel_package_loads_and_its_files_are_dependencies(installed, tmp_path):
-    from xisa.compile.bind import _in_environment, kernel_dependencies
+    from xisa.compile.loader import kernel_dependencies
+    from xisa.compile.reads import in_environment
 
     root = _installed_project(tmp_path / "proj")
     spec, fn = _load(root, root)
-    assert _in_environment(str(installed / "fakelib" / "ops.py"))    # outside the project, installed
+    assert in_environment(str(installed / "fakelib" / "ops.py"))    # outside the project, installed
     depends = kernel_dependencies(spec)
     for name in ("__init__.py", "consts.py", "ops.py"):
         assert str(installed / "fakelib" / name) in depends
@@ -213,7 +214,7 @@ def gpu_project(tmp_path) -> Path:
 
 def _load_for(root: Path, kernel: str, target: str):
     from xisa.api import open_workspace
-    from xisa.compile.bind import load_kernel_function
+    from xisa.compile.loader import load_kernel_function
 
     ws = open_workspace(cwd=root)
     spec = next(s for s in ws.specs if s.name == kernel)
@@ -258,15 +259,15 @@ def test_torch_cuda_at_import_fails_in_one_line_without_a_hook(gpu_project):
 def test_an_import_hook_answers_torch_cuda_for_the_target_and_is_undone(gpu_project, tmp_path, monkeypatch):
     import torch
 
-    from xisa.compile import bind
+    from xisa.compile.state import WORKER
 
     (gpu_project / "pyproject.toml").write_text(_pyproject(import_hooks=["tests/xisa_stubs.py"]))
     sms = {name: _load_for(gpu_project, "props", name).fn.__globals__["NUM_SMS"] for name in ("gfx942", "sm_90")}
     assert sms == {"gfx942": 304, "sm_90": 132}
     assert torch.cuda.is_available() is False                        # the stub ends with the load
     # compile workers fork from this process: start them without its loads, as `xisa check` starts them
-    monkeypatch.setattr(bind, "_LOADED", {})
-    monkeypatch.setattr(bind, "_PER_TARGET", set())
+    monkeypatch.setattr(WORKER, "loaded", {})
+    monkeypatch.setattr(WORKER, "per_target", set())
     results = _compile(gpu_project, tmp_path / "cache")
     assert results["props:c@gfx942"][0] == results["props:c@sm_90"][0] == "ok", results
     hook = gpu_project / "tests" / "xisa_stubs.py"
@@ -289,7 +290,7 @@ def test_while_a_cell_binds_and_compiles_the_current_target_is_the_cells(gpu_pro
     from triton.runtime.driver import driver
 
     from xisa.api import open_workspace
-    from xisa.compile.bind import compiling
+    from xisa.compile.reads import compiling
 
     ws = open_workspace(cwd=gpu_project)
     spec = next(s for s in ws.specs if s.name == "fp8")

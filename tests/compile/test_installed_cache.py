@@ -63,16 +63,16 @@ def helper(scale: float = 2.0, factor: float = 1.0) -> dict[str, str]:
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     """A site folder counted as installed (like site-packages) and on sys.path, holding `fakehelper` 1.0."""
-    from xisa.compile import bind
+    from xisa.compile import reads
 
     folder = tmp_path / "site"
     install(folder, "fakehelper", helper())
-    environment = bind._environment_roots()
-    monkeypatch.setattr(bind, "_environment_roots", lambda: (*environment, os.path.join(str(folder), "")))
-    bind._in_environment.cache_clear()
+    environment = reads.environment_roots()
+    monkeypatch.setattr(reads, "environment_roots", lambda: (*environment, os.path.join(str(folder), "")))
+    reads.in_environment.cache_clear()
     monkeypatch.syspath_prepend(str(folder))
     yield folder
-    bind._in_environment.cache_clear()
+    reads.in_environment.cache_clear()
 
 
 def _project(root: Path, kernels: int = 1) -> Path:
@@ -85,11 +85,11 @@ def _project(root: Path, kernels: int = 1) -> Path:
 
 def _compile(root: Path, cache: Path, *, use_cache: bool = True) -> dict[str, tuple]:
     """(cached, fingerprint) per cell, through the calls `xisa check` makes, one worker (loads share it)."""
-    from xisa.api import open_workspace, select_cells
+    from xisa.api import Selection, open_workspace
     from xisa.compile.runner import RunOptions, run_cells
 
     ws = open_workspace(cwd=root)
-    _, cells = select_cells(ws, arch=None, kernel=None)
+    _, cells = Selection().cells(ws)
     results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=cache,
                         options=RunOptions(jobs=1, use_cache=use_cache))
     assert all(r.ok for r in results), [r.error for r in results]

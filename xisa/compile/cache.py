@@ -4,7 +4,7 @@ An unchanged cell is answered from here without importing Triton. The key names 
 and kernel files, the toolchain, the pinned environment and xisa's own code; each entry also
 carries a depfile: every project file the compile's kernel load imported or read, every environment
 variable it read (`$NAME`), and every project file the compile itself read, with their SHA-256, as
-recorded by the worker (`xisa.compile.bind.kernel_dependencies`). An entry whose depfile no longer matches
+recorded by the worker (`xisa.compile.loader.kernel_dependencies`). An entry whose depfile no longer matches
 is a miss (as ccache's manifests). Triton's own cache, behind it, is keyed on the kernel's source:
 its entries are salted with what the load read and carry what their compile read, so a miss here is
 never answered there from old files. A corrupt entry is a miss; an entry or folder that another
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from xisa.analyze.amdgcn import assembled_files
-from xisa.compile.bind import (compile_reads, dependency_digest, load_digest, note_compile_reads,
-                       reused_compile_reads)
 from xisa.compile.installed import installed_digest
+from xisa.compile.reads import (compile_reads, dependency_digest, load_digest, note_compile_reads,
+                                reused_compile_reads)
 from xisa.errors import ToolchainError
 from xisa.fsio import write_atomic
 from xisa.compile.result import CellResult

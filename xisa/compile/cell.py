@@ -12,7 +12,9 @@ from pathlib import Path
 from xisa.analyze import lines
 from xisa.analyze.model import Analysis
 from xisa.analyze.stages import stage_fingerprints
-from xisa.compile.bind import bind_cell, compiling, load_kernel_function
+from xisa.compile.bind import bind_cell
+from xisa.compile.loader import load_kernel_function
+from xisa.compile.reads import compiling
 from xisa.compile.disassemble import kept_stages, machine_code
 from xisa.compile.result import CellResult
 from xisa.errors import XisaError

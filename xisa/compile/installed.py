@@ -18,7 +18,7 @@ import sys
 import sysconfig
 from importlib import metadata
 
-from xisa.compile.bind import _in_environment, file_sha256
+from xisa.compile.reads import file_sha256, in_environment
 
 # The distributions whose code is the toolchain: keyed by the toolchain identity, never per cell.
 TOOLCHAIN_ROOTS = ("xisa", "triton", "torch")
@@ -90,7 +90,7 @@ def _installed_file(module) -> str | None:
         file = vars(module).get("__file__")
     except TypeError:
         return None
-    if not isinstance(file, str) or not _in_environment(file):
+    if not isinstance(file, str) or not in_environment(file):
         return None
     real = os.path.realpath(file)
     if real.startswith(_standard_library()) and "-packages" + os.sep not in real:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from xisa.compile.bind import ignore_reads_under, kernel_dependencies
+from xisa.compile.loader import kernel_dependencies
+from xisa.compile.reads import ignore_reads_under
 from xisa.compile.cache import (ResultCache, Timings, cell_key, knob_triton_cache, open_cache_folder,
                                 triton_cache_class)
 from xisa.compile.cell import compile_cell

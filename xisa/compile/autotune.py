@@ -1,0 +1,153 @@
+"""What a kernel's @triton.autotune and @triton.heuristics wrappers do to a launch: the config a case picks, its
+values and pre_hook, and the values each heuristic computes, applied in the order a launch runs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from xisa.compile.loader import load_kernel_object, unwrap_kernel
+from xisa.compile.standins import constexpr_value, plain
+from xisa.errors import BindError, SpecError
+from xisa.spec.cases import Cell, KernelSpec
+
+def _autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
+    from triton.runtime.autotuner import Autotuner
+
+    tuners = [w for w in wrappers if isinstance(w, Autotuner)]
+    if len(tuners) > 1:
+        raise SpecError(f"{spec.function!r} stacks {len(tuners)} @triton.autotune decorators; xisa picks a config of "
+                        "one", path=spec.spec_path, field=field, fix="autotune the kernel once")
+    return tuners[0] if tuners else None
+
+
+def count_configs(spec: KernelSpec, field: str, *, roots: list[Path]) -> int:
+    """How many configs the autotuner `spec` names has, for `config: all` (this imports the kernel module)."""
+    tuner = _autotuner_of(unwrap_kernel(load_kernel_object(spec, roots=roots), spec)[1], spec, field)
+    if tuner is None:
+        raise _not_autotuned(spec, field)
+    return len(tuner.configs)
+
+
+def _not_autotuned(spec: KernelSpec, field: str) -> SpecError:
+    return SpecError(f"{spec.function!r} is not an @triton.autotune object, so `config` has nothing to pick",
+                     path=spec.spec_path, field=field,
+                     fix="drop `config`, or name the @triton.autotune object in `function:`")
+
+
+def _plain_config(config) -> dict[str, Any]:
+    """A Triton Config as the values a launch passes (Config.all_kwargs: its kwargs, then the options it sets)."""
+    return {name: plain(value) for name, value in config.all_kwargs().items()}
+
+
+def describe_config(index: int, config) -> str:
+    values = ", ".join(f"{name}: {value}" for name, value in _plain_config(config).items())
+    return f"config {index} {{{values}}}"
+
+
+def _same_value(given: Any, value: Any) -> bool:
+    """A spec value (a {dtype: NAME} already made the dtype) equals a launch value; a bool never equals an int."""
+    if isinstance(given, bool) or isinstance(value, bool):
+        return isinstance(given, bool) and isinstance(value, bool) and given == value
+    return given == value
+
+
+def select_config(tuner, chosen: Any, spec: KernelSpec, field: str) -> tuple[int, Any]:
+    """The autotuner config a case's `config:` picks: an index, or a mapping matching exactly one config's values
+    on the keys it gives."""
+    configs = list(tuner.configs)
+    listing = "; ".join(describe_config(i, c) for i, c in enumerate(configs))
+    if chosen is None:
+        raise SpecError(f"{spec.function!r} is autotuned ({len(configs)} configs) and the case picks none",
+                        path=spec.spec_path, field=field, fix="config: 0 (an index), a mapping of a config's values "
+                        f"such as {{{', '.join(f'{k}: {v}' for k, v in _plain_config(configs[0]).items())}}}, or all "
+                        "(one case per config)")
+    if isinstance(chosen, int) and not isinstance(chosen, bool):
+        if chosen >= len(configs):
+            raise SpecError(f"config {chosen} is out of range: the autotuner has {len(configs)} configs",
+                            path=spec.spec_path, field=field, fix=f"an index 0..{len(configs) - 1}: {listing}")
+        return chosen, configs[chosen]
+    if not isinstance(chosen, dict):
+        raise BindError(f"config {chosen!r} was not expanded", path=spec.spec_path, field=field)
+    wanted = {name: constexpr_value(value, path=spec.spec_path, field=f"{field}.{name}")
+              for name, value in chosen.items()}
+    missing = object()
+    matches = [i for i, config in enumerate(configs)
+               if all(_same_value(value, config.all_kwargs().get(name, missing if value is not None else None))
+                      for name, value in wanted.items())]
+    if len(matches) != 1:
+        how = "matches none" if not matches else f"matches {len(matches)} ({', '.join(map(str, matches))})"
+        raise SpecError(f"config {{{', '.join(f'{k}: {v}' for k, v in chosen.items())}}} {how} of the autotuner's "
+                        f"{len(configs)} configs", path=spec.spec_path, field=field,
+                        fix=f"give values that match exactly one, or an index: {listing}")
+    return matches[0], configs[matches[0]]
+
+
+
+def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],
+                  params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """What the kernel's wrappers do to a launch's keyword arguments, outermost first: an Autotuner adds its config's
+    values (`Config.all_kwargs`) and runs its pre_hook; a Heuristics sets each of its keys from a dict of every
+    argument (`Heuristics.run`). A value the case gives that a wrapper would replace with another is refused, naming
+    both (the same value is accepted: a captured case repeats them).
+    Returns the kernel's kwargs, the launch options and the config's description ('' when none)."""
+    from triton.compiler import make_backend
+    from triton.runtime.autotuner import Autotuner
+
+    spec = cell.kernel
+    path = spec.spec_path
+    where = cell.field_path or "case"
+    option_fields = backend_option_fields(make_backend(cell.target.gpu_target()), cell.target)
+    launch = {**kwargs, **options}   # a launch's kwargs: parameters and options alike
+    given = {name: f"{where}.constexprs.{name}" for name in cell.constexprs}   # the case's own values
+    given.update({name: f"{where}.args.{name}" for name in cell.args})
+    given.update({name: f"{where}.options.{name}" for name in cell.options})
+    config_name = ""
+    tuner = _autotuner_of(wrappers, spec, f"{where}.config")
+    if tuner is None and cell.config is not None:
+        raise _not_autotuned(spec, f"{where}.config")
+    for wrapper in wrappers:
+        if isinstance(wrapper, Autotuner):
+            index, config = select_config(wrapper, cell.config, spec, f"{where}.config")
+            config_name = describe_config(index, config)
+            for name, value in config.all_kwargs().items():
+                if name in given and not _same_value(launch[name], value):
+                    raise BindError(f"the case sets {name} to {plain(launch[name])!r} but {config_name} sets it to "
+                                    f"{plain(value)!r}", path=path, field=given[name],
+                                    fix="drop it from the case (the config sets it), or pick another config")
+                if name in params or name in option_fields:   # the rest go to options the backend ignores (maxnreg on AMD)
+                    launch[name] = value
+            if config.pre_hook is not None:
+                try:
+                    config.pre_hook({**launch, **config.all_kwargs()})   # Autotuner.run's full_nargs
+                except Exception as exc:
+                    raise BindError(f"{config_name}'s pre_hook raised {type(exc).__name__}: {exc}".splitlines()[0],
+                                    path=path, field=f"{where}.config",
+                                    fix="make the pre_hook work on stand-in tensors (shape, dtype, stride())") from None
+        else:
+            for name, heuristic in wrapper.values.items():
+                try:
+                    value = heuristic(dict(launch))
+                except Exception as exc:
+                    raise BindError(f"heuristic {name!r} raised {type(exc).__name__}: {exc}".splitlines()[0],
+                                    path=path, field=where, fix="give the case the arguments the heuristic reads") \
+                        from None
+                if name in given and not _same_value(launch[name], value):
+                    raise BindError(f"the case sets {name} to {plain(launch[name])!r} but the kernel's heuristic "
+                                    f"{name!r} computes {plain(value)!r}, which a launch applies over it", path=path,
+                                    field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
+                if name in params or name in option_fields:
+                    launch[name] = value
+    kernel_kwargs = {name: value for name, value in launch.items() if name in params}
+    launch_options = {name: value for name, value in launch.items() if name not in params}
+    return kernel_kwargs, launch_options, config_name
+
+
+
+def backend_option_fields(backend, target) -> set[str]:
+    """The launch options the backend knows: the fields of its options dataclass."""
+    import dataclasses
+
+    options_cls = type(backend.parse_options({}))
+    return {f.name for f in dataclasses.fields(options_cls)}
+

@@ -1,0 +1,379 @@
+"""Load a spec's kernel module in isolation and find the kernel object its `function:` names.
+
+A long-lived compile worker loads each kernel module once (`WORKER.loaded`), with no project module of an
+earlier load in sight, and undoes what the load changed in the process (sys.path, sys.modules, the
+environment, Triton's knobs). What the load read is recorded for the result cache (`kernel_dependencies`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib
+import importlib.util
+import os
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from xisa.compile.reads import (ENVIRONMENT_ENTRY, ENVIRONMENT_PACKAGES, dependency_files, file_sha256, hook_reads,
+                                is_project_module, package_folders, value_digest, watched_environment)
+from xisa.compile.state import WORKER, LoadedModule
+from xisa.compile.target_driver import LoadTargetDriver, target_driver
+from xisa.compile.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, toolchain_variable
+from xisa.errors import SpecError
+from xisa.spec.cases import KernelSpec
+
+def load_kernel_object(spec: KernelSpec, *, roots: list[Path], target=None):
+    """Import the spec's module and return what `function:` names: a JITFunction, or an @triton.autotune /
+    @triton.heuristics object around one (`unwrap_kernel` takes it apart); `target` (a Target) is the one
+    the load is for.
+
+    The module is loaded once per process in a namespace of its own (`_load_isolated`), once per target
+    when its load asked the driver for the current target, and the files the load imported are recorded
+    for the result cache (`kernel_dependencies`).
+    """
+    loaded = WORKER.loaded_for(spec, target)
+    if loaded is None:
+        loaded = _load_isolated(spec, roots, target)
+        if loaded.asked_target:
+            WORKER.per_target.add(WORKER.key(spec))
+        WORKER.loaded[WORKER.key(spec, target)] = loaded
+    module = loaded.module
+    fn = getattr(module, spec.function, None)
+    if fn is None:
+        names = [n for n in dir(module) if is_kernel_object(getattr(module, n))]
+        near = difflib.get_close_matches(spec.function, names, n=1)
+        fix = f"did you mean {near[0]!r}?" if near else f"kernels in the module: {', '.join(names) or 'none'}"
+        raise SpecError(f"no function {spec.function!r} in the module", path=spec.spec_path, field="function", fix=fix)
+    unwrap_kernel(fn, spec)   # refuse anything else now
+    return fn
+
+
+def load_kernel_function(spec: KernelSpec, *, roots: list[Path], target=None):
+    """The @triton.jit function the spec names, itself or inside its autotune/heuristics wrappers."""
+    return unwrap_kernel(load_kernel_object(spec, roots=roots, target=target), spec)[0]
+
+
+def is_kernel_object(value: Any) -> bool:
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(value, (JITFunction, Autotuner, Heuristics))
+
+
+def unwrap_kernel(fn, spec: KernelSpec) -> tuple[Any, tuple[Any, ...]]:
+    """A kernel object -> its JITFunction and the Autotuner/Heuristics wrappers around it, outermost first (the
+    order a launch runs them in)."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    wrappers = []
+    inner = fn
+    while isinstance(inner, (Autotuner, Heuristics)) and len(wrappers) < 16:
+        wrappers.append(inner)
+        inner = inner.fn
+    if not isinstance(inner, JITFunction):
+        what = type(inner).__name__ if inner is fn else f"{type(fn).__name__} around a {type(inner).__name__}"
+        raise SpecError(f"{spec.function!r} is a {what}, not a @triton.jit kernel", path=spec.spec_path,
+                        field="function", fix="name a @triton.jit function, or an @triton.autotune or "
+                                              "@triton.heuristics object decorating one")
+    return inner, tuple(wrappers)
+
+
+def kernel_dependencies(spec: KernelSpec, target=None) -> dict[str, str | None] | None:
+    """What compiling `spec`'s kernel used -> SHA-256 (None: must stay absent), or None if not loaded: the files
+    and environment variables (`$NAME`) its module's load read, and the project files its compiles read."""
+    loaded = WORKER.loaded_for(spec, target)
+    return {**loaded.dependencies, **loaded.compile_reads} if loaded is not None else None
+
+
+def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedModule:
+    """Import the kernel module with no project module of an earlier load in sight, record what it read, and
+    undo what it changed in the process.
+
+    A long-lived worker would otherwise keep the first `common` it imported and hand it to every later
+    kernel doing `from common import f`, whatever folder that kernel is in. So the project's modules
+    (everything outside the standard library and installed packages) are set aside during the load,
+    the ones the load added are dropped after it (the kernel keeps references to what it uses), and
+    sys.path is restored. So are the environment and Triton's knobs: a module that set one would change
+    how every later kernel in the worker compiles; one that changes compilation is refused. Project
+    modules are compiled from their source, never from a __pycache__ entry (trusted by mtime and size,
+    so an edit that keeps both would run the old code). A source inside a package folder imports as that
+    package's submodule: every module under the package's top name is set aside too (another project's
+    `kernels`, or the user's own in a pytest process, installed or not) and none of the load's stays, the
+    kernel module included (callers reach it through `WORKER.loaded` and the function's globals).
+    """
+    hook_reads()
+    saved_path = list(sys.path)
+    saved_environ, saved_knobs = dict(os.environ), _knob_settings()
+    package = _package_of(spec.source_file, roots) if spec.source_file is not None else None
+    if package:
+        top = package[0].partition(".")[0]
+    elif spec.module is not None and spec.module.partition(".")[0] not in ENVIRONMENT_PACKAGES:
+        top = spec.module.partition(".")[0]   # an installed package's files count too: it is the kernel
+    else:
+        top = None
+
+    def isolated(name: str, module: Any) -> bool:
+        return is_project_module(name, module) or (top is not None and name.partition(".")[0] == top)
+
+    set_aside = {name: module for name, module in list(sys.modules.items()) if isolated(name, module)}
+    for name in set_aside:
+        del sys.modules[name]
+    before = set(sys.modules)
+    WORKER.reads, WORKER.env_reads = reads, variables = [], set()
+    try:
+        with watched_environment(), _from_source(), target_driver(target) as driver, \
+                contextlib.ExitStack() as hooks:
+            sys.path[:0] = [str(folder) for folder in spec.pythonpath]   # [tool.xisa] pythonpath, ahead of the rest
+            for hook in spec.import_hooks:
+                hooks.enter_context(_import_hook(hook, target, driver))
+            module = _import_kernel_module(spec, roots, package)
+        WORKER.reads, WORKER.env_reads = None, None  # hashing the files below reads them too
+        added = {name: sys.modules[name] for name in set(sys.modules) - before}
+        folders = package_folders(added, top)
+        dependencies = dependency_files(added, reads, kernel_package=top, package_folders=folders)
+        dependencies.update({str(hook): file_sha256(str(hook)) for hook in spec.import_hooks})
+        # A variable's value as the load found it: one the load sets itself (torch's inductor sets
+        # TORCHINDUCTOR_CACHE_DIR when imported) is absent again when the next process starts its load.
+        dependencies.update({ENVIRONMENT_ENTRY + name: value_digest(saved_environ.get(name))
+                             for name in sorted(variables) if not toolchain_variable(name)})
+    finally:
+        WORKER.reads, WORKER.env_reads = None, None
+        for name in set(sys.modules) - before:
+            added = sys.modules[name]   # an object put there in a module's place (`sys.modules[__name__] = ...`) too
+            if isolated(name, added) or not isinstance(added, types.ModuleType):
+                del sys.modules[name]
+        sys.modules.update(set_aside)
+        sys.path[:] = saved_path
+        changed = _restore_process(saved_environ, saved_knobs)
+    if changed:
+        raise SpecError(f"loading {spec.source_file.name if spec.source_file else spec.module} set {changed}: it "
+                        "changes how Triton compiles this kernel and every later one in the process, so a result "
+                        "would depend on which kernel loaded first", path=spec.spec_path,
+                        field="source" if spec.source_file else "module",
+                        fix="remove the setting from the module (xisa compiles every kernel as a default launch)")
+    return LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())),
+                        package_folders=folders, asked_target=driver.asked_target)
+
+
+IMPORT_HOOK = "xisa_import_hook"
+
+
+def _import_hook(hook: Path, target, driver: LoadTargetDriver):
+    """A `[tool.xisa] import_hooks` file's `xisa_import_hook(target)` context manager, entered around the kernel
+    module's import (it stubs what the module asks the GPU at import, and undoes it on exit). It is given the
+    load's GPUTarget, so a load with hooks is one per target."""
+    where = {"path": "pyproject.toml", "field": "tool.xisa.import_hooks"}
+    loader_spec = importlib.util.spec_from_file_location(f"xisa_import_hook_{hook.stem}", hook)
+    module = importlib.util.module_from_spec(loader_spec)
+    try:
+        loader_spec.loader.exec_module(module)
+        factory = getattr(module, IMPORT_HOOK, None)
+        if not callable(factory):
+            raise SpecError(f"{hook.name} defines no {IMPORT_HOOK}(target)", **where,
+                            fix=f"define @contextlib.contextmanager def {IMPORT_HOOK}(target): ... yield")
+        if target is not None:
+            driver.asked_target = True
+        manager = factory(target.gpu_target() if target is not None else None)
+        if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
+            raise SpecError(f"{hook.name}: {IMPORT_HOOK}(target) returned no context manager", **where,
+                            fix="decorate it with @contextlib.contextmanager and yield once")
+    except SpecError:
+        raise
+    except Exception as exc:
+        raise SpecError(f"the import hook {hook.name} failed: {type(exc).__name__}: {_first_line(exc)}",
+                        **where) from None
+    return _entered_hook(hook, manager, where)
+
+
+@contextlib.contextmanager
+def _entered_hook(hook: Path, manager, where: dict) -> Iterator[None]:
+    try:
+        manager.__enter__()
+    except Exception as exc:
+        raise SpecError(f"the import hook {hook.name} failed: {type(exc).__name__}: {_first_line(exc)}",
+                        **where) from None
+    with contextlib.ExitStack() as stack:
+        stack.push(manager)
+        yield
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+@contextlib.contextmanager
+def _from_source() -> Iterator[None]:
+    """Compile the modules a load imports from source and write no bytecode: no __pycache__ is found under a
+    prefix below os.devnull, which is never a folder."""
+    saved = sys.dont_write_bytecode, sys.pycache_prefix
+    sys.dont_write_bytecode, sys.pycache_prefix = True, os.path.join(os.devnull, "xisa")
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode, sys.pycache_prefix = saved
+
+
+
+def _knob_settings() -> dict[str, dict[str, Any]]:
+    """Triton's knobs as code has set them: each group's own attributes (an unset knob reads the environment)."""
+    from triton import knobs
+
+    return {name: dict(vars(group)) for name, group in vars(knobs).items() if isinstance(group, knobs.base_knobs)}
+
+
+def _restore_process(environ: dict[str, str], knob_settings: dict[str, dict[str, Any]]) -> str | None:
+    """Put the environment and Triton's knobs back as they were; the first change that alters compilation, named."""
+    from triton import knobs
+
+    changed: list[str] = []
+    for name in sorted(set(os.environ) | set(environ)):
+        if os.environ.get(name) != environ.get(name):
+            if changes_compilation(name):
+                changed.append(name)
+            if name in environ:
+                os.environ[name] = environ[name]
+            else:
+                del os.environ[name]
+    for group_name, saved in knob_settings.items():
+        group = getattr(knobs, group_name)
+        settings = vars(group)
+        for attribute in sorted(set(settings) | set(saved)):
+            now, before = settings.get(attribute, saved), saved.get(attribute, saved)
+            if now is before or (now is not saved and before is not saved and now == before):
+                continue
+            descriptor = group.knob_descriptors.get(attribute)
+            variable = getattr(descriptor, "key", None)
+            if changes_compilation(variable) if variable else attribute not in HARMLESS_KNOB_ATTRIBUTES:
+                changed.append(f"triton.knobs.{group_name}.{attribute}" + (f" ({variable})" if variable else ""))
+        settings.clear()
+        settings.update(saved)
+    return changed[0] if changed else None
+
+
+
+def _package_of(source: Path, roots: list[Path]) -> tuple[str, Path] | None:
+    """A source in a package folder (one with __init__.py, nested ones too) -> its dotted module name and the
+    folder holding the top package; None for a file in a plain folder. The walk up stops at a folder whose name
+    is no identifier and at the project's edge, so a load never puts a folder outside the project on sys.path."""
+    parts = [] if source.name == "__init__.py" else [source.stem]
+    folder = source.parent
+    while ((folder / "__init__.py").is_file() and folder.name.isidentifier()
+           and any(_within(folder.parent, root) for root in roots)):
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if folder == source.parent or not all(part.isidentifier() for part in parts):
+        return None
+    return ".".join(parts), folder
+
+
+def _import_package_module(spec: KernelSpec, module_name: str, folder: Path):
+    """Import `module_name` from `folder` the normal way, each parent package first, so relative imports work;
+    a failing package `__init__.py` is named, and so is a package served from anywhere else."""
+    parts = module_name.split(".")
+    module = None
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        expected = spec.source_file if depth == len(parts) else folder.joinpath(*parts[:depth], "__init__.py")
+        shown = expected.relative_to(folder).as_posix()
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:
+            where = "" if expected == spec.source_file else f" in {shown}"
+            raise SpecError(f"importing {spec.source_file.name} failed{where}: {type(exc).__name__}: {exc}",
+                            path=spec.spec_path, field="source",
+                            fix=None if not where else "make the package's __init__.py import cleanly (it runs "
+                                "before every kernel in the package)") from None
+        origin = vars(module).get("__file__")
+        if not origin or Path(origin).resolve() != expected.resolve():
+            raise SpecError(f"{spec.source_file.name} imports as {module_name!r}, but {name!r} comes from "
+                            f"{origin or 'no file'}, not {shown}", path=spec.spec_path, field="source",
+                            fix=f"rename the package folder {parts[0]!r} (another importer serves that name)")
+    return module
+
+
+def _import_kernel_module(spec: KernelSpec, roots: list[Path], package: tuple[str, Path] | None = None):
+    if spec.source_file is not None:
+        source = spec.source_file
+        if not any(_within(source, root) for root in roots):
+            raise SpecError(f"{source} is outside the project's kernel roots", path=spec.spec_path, field="source",
+                            fix="keep kernel sources inside the project")
+        sys.path.insert(0, str(source.parent))  # `from common import f` beside the kernel
+        if package is not None:
+            module_name, folder = package
+            sys.path.insert(0, str(folder))     # its top package, imported the normal way
+            return _import_package_module(spec, module_name, folder)
+        module_name = f"xisa_kernels.{spec.name}.{source.stem}"
+        loader_spec = importlib.util.spec_from_file_location(module_name, source)
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[module_name] = module
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise SpecError(f"importing {source.name} failed: {type(exc).__name__}: {exc}",
+                            path=spec.spec_path, field="source") from None
+        return module
+    return _import_dotted_module(spec)
+
+
+def _import_dotted_module(spec: KernelSpec):
+    """`module: pkg.sub.mod` from sys.path, wherever it is installed, each parent package first: a parent whose
+    `__init__.py` fails is named, one line (it runs before the kernel, and often imports a whole framework)."""
+    parts = spec.module.split(".")
+    module = None
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name and depth < len(parts):
+                raise SpecError(f"cannot import module {spec.module!r}: its parent package {name!r} was not found",
+                                path=spec.spec_path, field="module",
+                                fix=f"add {name.replace('.', '/')}/__init__.py inside a [tool.xisa] pythonpath "
+                                    "folder, or install the package") from None
+            if exc.name == name:
+                raise SpecError(f"cannot import module {spec.module!r}: ModuleNotFoundError: {_first_line(exc)}",
+                                path=spec.spec_path, field="module",
+                                fix="add its folder to [tool.xisa] pythonpath, or install the package") from None
+            raise _import_failure(spec, name, depth == len(parts), exc) from None
+        except Exception as exc:
+            raise _import_failure(spec, name, depth == len(parts), exc) from None
+    return module
+
+
+def _import_failure(spec: KernelSpec, name: str, is_kernel: bool, exc: Exception) -> SpecError:
+    if is_kernel:
+        return SpecError(f"cannot import module {spec.module!r}: {type(exc).__name__}: {_first_line(exc)}",
+                         path=spec.spec_path, field="module")
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        found = None
+    where = f" ({found.origin})" if found is not None and found.origin else ""
+    return SpecError(f"cannot import module {spec.module!r}: its parent package {name!r}{where} failed: "
+                     f"{type(exc).__name__}: {_first_line(exc)}", path=spec.spec_path, field="module",
+                     fix="its __init__.py runs before the kernel: make it import without a GPU, or stub what it asks "
+                         "in a [tool.xisa] import_hooks file")
+
+
+def _within(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def named_object(spec: KernelSpec, fn, target=None):
+    """The object `function:` names when `fn` is the JITFunction inside it (callers holding the plain function)."""
+    loaded = WORKER.loaded_for(spec, target)
+    named = getattr(loaded.module, spec.function, None) if loaded is not None else None
+    if named is not None and named is not fn and is_kernel_object(named) and unwrap_kernel(named, spec)[0] is fn:
+        return named
+    return fn
+

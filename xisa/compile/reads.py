@@ -1,0 +1,283 @@
+"""What a kernel's load and compile read: files and environment variables, noted as they happen.
+
+An audit hook sees every file opened for reading while a load or a compile is under way (a helper loaded by
+path, never in sys.modules, or a data file counts too); os.environ is watched while a module loads. The
+result cache keys on what is recorded here (`kernel_dependencies`, `compile_reads`), each file by its SHA-256.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import sys
+import types
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from xisa.compile.state import WORKER, CompileUnderWay
+from xisa.compile.target_driver import target_driver
+from xisa.spec.cases import KernelSpec
+
+# Kernel files never live here, and reading some of these never ends.
+_SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
+# Always the environment, wherever they are installed from (an editable Triton is still the toolchain).
+ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
+_XISA_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+# A depfile entry `$NAME` stands for the environment variable NAME (a path is always absolute).
+ENVIRONMENT_ENTRY = "$"
+
+
+def dependency_digest(name: str) -> str | None:
+    """A depfile entry's SHA-256 now: a file's bytes, or a `$NAME` variable's value; None when absent."""
+    if name.startswith(ENVIRONMENT_ENTRY):
+        return value_digest(os.environ.get(name[len(ENVIRONMENT_ENTRY):]))
+    return file_sha256(name)
+
+
+def value_digest(value: str | None) -> str | None:
+    """A variable's value as a depfile records it: its SHA-256, None when unset."""
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+
+
+def package_folders(added: dict[str, Any], top: str | None) -> tuple[str, ...]:
+    """The folders of the kernel's top package as the load imported it (a namespace package has several)."""
+    module = added.get(top) if top else None
+    if module is None:
+        return ()
+    return tuple(sorted({os.path.join(os.path.abspath(f), "") for f in list(vars(module).get("__path__") or [])}))
+
+
+def shadowing_files(name: str, module: Any) -> dict[str, None]:
+    """The files that, appearing, would make `name` import from somewhere else: the module or package of that name
+    in each search folder before the one that served it (sys.path for a top-level name, the parent's `__path__`
+    for a submodule: a namespace package has several). A depfile records them as absent."""
+    import importlib.machinery
+
+    namespace = vars(module)
+    origin = namespace.get("__file__")
+    if not origin and not namespace.get("__path__"):
+        return {}
+    parent, _, leaf = name.rpartition(".")
+    if parent:
+        folders = list(vars(sys.modules[parent]).get("__path__") or []) if parent in sys.modules else []
+    else:
+        folders = [entry or os.getcwd() for entry in sys.path]
+    # A namespace package is served only while no folder at all holds a regular module of its name.
+    serving = None if not origin else \
+        os.path.dirname(os.path.dirname(origin)) if origin.endswith("__init__.py") else os.path.dirname(origin)
+    absent: dict[str, None] = {}
+    for folder in folders:
+        folder = os.path.abspath(folder)
+        if serving is not None and folder == os.path.abspath(serving):
+            break
+        absent[os.path.join(folder, leaf, "__init__.py")] = None
+        absent.update((os.path.join(folder, leaf + suffix), None) for suffix in importlib.machinery.all_suffixes())
+    return absent
+
+
+class _WatchedEnvironment(MutableMapping):
+    """os.environ while a kernel module loads: the same variables, each name read noted (a module sizing a kernel
+    from `os.environ.get("BLOCK")` depends on it). A module that kept it keeps a working os.environ."""
+
+    def __init__(self, environ):
+        self._environ = environ
+
+    def __getitem__(self, name):
+        if WORKER.env_reads is not None and isinstance(name, str):
+            WORKER.env_reads.add(name)
+        return self._environ[name]
+
+    def __setitem__(self, name, value):
+        self._environ[name] = value
+
+    def __delitem__(self, name):
+        del self._environ[name]
+
+    def __iter__(self):
+        return iter(self._environ)
+
+    def __len__(self):
+        return len(self._environ)
+
+    def copy(self) -> dict[str, str]:
+        return self._environ.copy()
+
+    def __or__(self, other):
+        return self._environ | other
+
+
+@contextlib.contextmanager
+def watched_environment() -> Iterator[None]:
+    real = os.environ
+    os.environ = _WatchedEnvironment(real)   # os.getenv reads the module's `environ` too
+    try:
+        yield
+    finally:
+        os.environ = real
+
+
+def hook_reads() -> None:
+    """Install the audit hook that appends each file opened for reading to `WORKER.reads` (once per process)."""
+    if WORKER.reads_hooked:
+        return
+
+    def note_read(event: str, args: tuple) -> None:
+        reads = WORKER.reads
+        if event == "open" and reads is not None:
+            path, _, flags = args
+            if isinstance(path, (str, bytes, os.PathLike)) and isinstance(flags, int) \
+                    and flags & os.O_ACCMODE == os.O_RDONLY:
+                reads.append(os.fsdecode(os.fspath(path)))
+
+    sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load or a compile
+    WORKER.reads_hooked = True
+
+
+def ignore_reads_under(*folders: str) -> None:
+    """Files under `folders` are a compile's own output (Triton's cache), never what it read."""
+    WORKER.output_folders = tuple(os.path.join(os.path.abspath(folder), "") for folder in folders if folder)
+
+
+@contextlib.contextmanager
+def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
+    """Record the project files a compile of `spec`'s loaded kernel reads (a table that a constexpr function
+    opens when it runs, not when its module loads) into the module's dependencies."""
+    hook_reads()
+    loaded = WORKER.loaded[WORKER.key(spec, target)]
+    WORKER.compiling = CompileUnderWay(loaded, [], {})
+    WORKER.reads = WORKER.compiling.reads
+    try:
+        with target_driver(target) if target is not None else contextlib.nullcontext():
+            yield   # a heuristic or constexpr function asking the current target gets the cell's
+    finally:
+        loaded.compile_reads.update(compile_reads())
+        WORKER.reads, WORKER.compiling = None, None
+
+
+def compile_reads() -> dict[str, str | None]:
+    """The project files the compile under way has read so far -> SHA-256, with those of a cache entry it reused."""
+    under_way = WORKER.compiling
+    if under_way is None:
+        return {}
+    recording, WORKER.reads = WORKER.reads, None  # hashing reads the files too
+    try:
+        paths = [path for path in under_way.reads
+                 if not os.path.abspath(path).startswith((*WORKER.output_folders, _XISA_FOLDER))]
+        return {**dependency_files({}, paths, package_folders=under_way.loaded.package_folders),
+                **under_way.reused}
+    finally:
+        WORKER.reads = recording
+
+
+def note_compile_reads(paths: list[str]) -> None:
+    """Files the compile under way reads outside Python (the assembler's `.include`), from the working folder."""
+    if WORKER.compiling is not None:
+        WORKER.compiling.reads.extend(os.path.abspath(path) for path in paths)
+
+
+def reused_compile_reads(reads: dict[str, str | None]) -> None:
+    """A Triton cache entry the compile under way reused: what its own compile read counts as read now."""
+    if WORKER.compiling is not None:
+        WORKER.compiling.reused.update(reads)
+
+
+def load_digest() -> str:
+    """One digest of what the load of the kernel now compiling read (files, variables); '' outside a compile."""
+    if WORKER.compiling is None:
+        return ""
+    return hashlib.sha256(json.dumps(WORKER.compiling.loaded.dependencies, sort_keys=True).encode()).hexdigest()
+
+
+def is_project_module(name: str, module: Any) -> bool:
+    """A module of the project: not built in, not in the standard library or an installed package."""
+    if name.partition(".")[0] in ENVIRONMENT_PACKAGES:
+        return False
+    try:
+        namespace = vars(module)  # never getattr: a lazy module would import on attribute access
+    except TypeError:
+        return False
+    file = namespace.get("__file__")
+    if file:
+        return not in_environment(file)
+    paths = namespace.get("__path__")  # a namespace package: its folders
+    try:
+        folders = list(paths or ())
+    except KeyError:   # a namespace path recomputes from its parent, which a finished load took out of sys.modules
+        folders = list(getattr(paths, "_path", ()))
+    except TypeError:
+        return False
+    return any(not in_environment(p) for p in folders)
+
+
+def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package: str | None = None,
+                      package_folders: tuple[str, ...] = ()) -> dict[str, str | None]:
+    """The project files a load read and the files of the project modules it added, with their SHA-256
+    (a namespace package's missing __init__.py as None: one appearing would change what the import runs).
+    The kernel's own package (`kernel_package`, in `package_folders`) counts wholly, even when installed:
+    its modules, the files read in its folders, and the files that would shadow its modules (as None).
+    Bytecode caches are left out: they follow their sources (a load never reads them, see the loader's from_source)."""
+    files: dict[str, str | None] = {}
+    for path in reads:
+        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS):
+            continue
+        if in_environment(path) and not (package_folders and os.path.abspath(path).startswith(package_folders)):
+            continue
+        if os.path.isfile(path):
+            files[os.path.abspath(path)] = file_sha256(path)
+    for name, module in added.items():
+        in_kernel_package = kernel_package is not None and name.partition(".")[0] == kernel_package
+        if not (is_project_module(name, module) or in_kernel_package):
+            continue
+        if in_kernel_package and isinstance(module, types.ModuleType):
+            for path, digest in shadowing_files(name, module).items():
+                files.setdefault(path, digest)
+        namespace = vars(module)
+        file = namespace.get("__file__")
+        if file:
+            files[os.path.abspath(file)] = file_sha256(file)
+        else:
+            for folder in list(namespace.get("__path__") or []):
+                files[os.path.join(os.path.abspath(folder), "__init__.py")] = None
+    return dict(sorted(files.items()))
+
+
+def file_sha256(path: str) -> str | None:
+    """SHA-256 of a file's bytes; None when it does not exist (or cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def in_environment(path: str) -> bool:
+    path = os.path.abspath(path)
+    real = os.path.realpath(path)
+    return any(p.startswith(root) for root in environment_roots() for p in (path, real))
+
+
+@functools.lru_cache(maxsize=1)
+def environment_roots() -> tuple[str, ...]:
+    """The standard library's and the installed packages' folders (the toolchain identity covers them)."""
+    import site
+    import sysconfig
+
+    folders: set[str] = set()
+    for variables in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
+        paths = sysconfig.get_paths(vars=variables) if variables else sysconfig.get_paths()
+        folders.update(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths)
+    try:
+        folders.update(site.getsitepackages())
+        folders.add(site.getusersitepackages())
+    except AttributeError:  # an old virtualenv's site module
+        pass
+    roots = set()
+    for folder in folders:
+        for variant in (os.path.abspath(folder), os.path.realpath(folder)):
+            roots.add(os.path.join(variant, ""))
+    return tuple(sorted(roots))
+

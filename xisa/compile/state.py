@@ -1,0 +1,70 @@
+"""What a compile worker process keeps between cells, in one object: the kernel modules it loaded and the
+recording of what a load or a compile under way reads.
+
+A forked compile worker loads each spec's module once, however many cells it compiles (once per target for a
+spec whose module asked which target it runs on). `WORKER.reset()` forgets all of it, as a fresh worker starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from xisa.spec.cases import KernelSpec
+
+
+@dataclass
+class LoadedModule:
+    """A kernel module as one isolated load left it, with what that load and the compiles since have read."""
+
+    module: Any
+    dependencies: dict[str, str | None]     # what the load read: files, and `$NAME` for a variable
+    compile_reads: dict[str, str | None] = field(default_factory=dict)   # files its compiles read, so far
+    package_folders: tuple[str, ...] = ()   # the kernel's own package: its files count wherever it is installed
+    asked_target: bool = False              # the load asked the driver for the current target: one per target
+
+
+@dataclass
+class CompileUnderWay:
+    """The compile of a loaded kernel that this process runs now."""
+
+    loaded: LoadedModule
+    reads: list[str]                  # every file opened for reading so far
+    reused: dict[str, str | None]     # what the compiles behind a Triton cache entry it reused read
+
+
+@dataclass
+class WorkerState:
+    """The per-process state of kernel loading and read recording (one instance: `WORKER`)."""
+
+    loaded: dict[tuple, LoadedModule] = field(default_factory=dict)   # by `key(spec, target)`
+    per_target: set[tuple] = field(default_factory=set)   # specs (`key(spec)`) whose load asked the target
+    # Files opened for reading while a load or a compile is under way (None: neither); the audit hook appends.
+    reads: list[str] | None = None
+    # Variables read through os.environ while a kernel module loads (None: no load under way).
+    env_reads: set[str] | None = None
+    compiling: CompileUnderWay | None = None
+    # Folders whose files a compile reads as its own output (Triton's cache), never a dependency.
+    output_folders: tuple[str, ...] = ()
+    # The audit hook is installed (once per process: a hook cannot be removed, so `reset` keeps this).
+    reads_hooked: bool = False
+
+    def key(self, spec: KernelSpec, target=None) -> tuple:
+        """The load of `spec` for `target`: one per spec, or one per target once its load asked the target."""
+        key = (str(spec.spec_file), str(spec.source_file), spec.module)
+        return key + (getattr(target, "name", None),) if key in self.per_target else key
+
+    def loaded_for(self, spec: KernelSpec, target=None) -> LoadedModule | None:
+        return self.loaded.get(self.key(spec, target))
+
+    def reset(self) -> None:
+        """Forget every load and any recording under way, as a freshly started worker has none."""
+        self.loaded = {}
+        self.per_target = set()
+        self.reads = None
+        self.env_reads = None
+        self.compiling = None
+        self.output_folders = ()
+
+
+WORKER = WorkerState()
