@@ -2,7 +2,7 @@
 
 Order (lowest first): the shared base modules, then `analyze/` (what an ISA stream is: the vocabulary a
 spec is written in), `spec/`, `compile/`, `golden/`, `device/`, `render/`, then the application layer
-and the shells over it (`api.py`, `cli/`, `pytest_plugin.py`). An import from a later layer into an
+and the shells over it (`api/`, `cli/`, `pytest_plugin.py`). An import from a later layer into an
 earlier one, or a circle between modules, fails here with the offending line.
 """
 import ast
@@ -13,6 +13,7 @@ import xisa
 PACKAGE = Path(xisa.__file__).resolve().parent
 LAYERS = ["base", "analyze", "spec", "compile", "golden", "device", "render", "app", "shell"]
 BASE = {"errors", "names", "yamlio", "fsio", "__init__", "__main__"}
+APP = {"api", "doctor"}   # the application layer: the api package, and doctor beside it
 SHELLS = {"cli", "pytest_plugin", "__main__"}
 
 
@@ -26,6 +27,7 @@ def layer_of(module: str) -> str:
         return "base"
     if head in LAYERS:
         return head
+    assert head in APP, f"{module}: give it a layer in tests/test_layers.py"
     return "app"
 
 
@@ -84,4 +86,4 @@ def test_no_import_circles():
 
 def test_layer_of_names_every_folder():
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert folders <= set(LAYERS) | SHELLS, folders - set(LAYERS) - SHELLS
+    assert folders <= set(LAYERS) | SHELLS | APP, folders - set(LAYERS) - SHELLS - APP

@@ -99,8 +99,8 @@ class XisaSession:
     first of them runs (an xdist worker compiles each cell it is handed), judged in one report; the
     goldens the selection leaves unused are listed at the end and fail the session."""
 
-    def __init__(self, config: pytest.Config, ws, chosen, cells):
-        self.config, self.ws, self.chosen, self.cells = config, ws, chosen, cells
+    def __init__(self, config: pytest.Config, selection, ws, chosen, cells):
+        self.config, self.selection, self.ws, self.chosen, self.cells = config, selection, ws, chosen, cells
         self.results: dict[str, object] = {}
         self.failures: dict[str, list] = {}
         self.verdicts: dict[str, object] = {}
@@ -115,7 +115,7 @@ class XisaSession:
         self.failures.update(run.failures)
         if not self.config.getoption("xisa_update"):
             report = api.judge(self.ws, run, kernel_filters=[f"{c.kernel.name}:{c.case}" for c in cells],
-                               scopes=self.config.getoption("xisa_scope"))
+                               scopes=self.selection.scope)
             self.verdicts.update((v.id, v) for v in report.verdicts)
             self.problems = report.problems
 
@@ -210,8 +210,8 @@ class XisaCollector(pytest.Collector):
 
 
 def _select(config: pytest.Config):
-    """The workspace, targets and cells of `--xisa` (its --xisa-arch, --xisa-kernel and `xisa::` node ids),
-    and the scopes checked; a bad option is a usage error."""
+    """The selection of `--xisa` (its --xisa-arch, --xisa-kernel and --xisa-scope), its workspace, and the
+    targets and cells it and the `xisa::` node ids select, the scopes checked; a bad option is a usage error."""
     if _SELECTION_KEY in config.stash:
         return config.stash[_SELECTION_KEY]
     from xisa import api
@@ -219,10 +219,11 @@ def _select(config: pytest.Config):
     from xisa.names import closest
 
     try:
-        ws = api.open_workspace(cwd=Path(str(config.rootpath)))
-        chosen, cells = ws.select(arch=config.getoption("xisa_arch") or None,
-                                  kernel=config.getoption("xisa_kernel") or None)
-        api.validate_scopes(config.getoption("xisa_scope"), ws)
+        selection = api.Selection(arch=config.getoption("xisa_arch") or None,
+                                  kernel=config.getoption("xisa_kernel") or None, scope=config.getoption("xisa_scope"))
+        ws = selection.workspace(cwd=Path(str(config.rootpath)))
+        chosen, cells = selection.cells(ws)
+        api.validate_scopes(selection.scope, ws)
     except XisaError as exc:
         raise pytest.UsageError(f"xisa: {exc}") from None
     selectors = config.stash.get(_SELECT_KEY, [])
@@ -233,16 +234,16 @@ def _select(config: pytest.Config):
                                     + (f" (did you mean {NODE_PREFIX}{near}?)" if near else ""))
     if selectors:
         cells = [cell for cell in cells if any(fnmatch.fnmatchcase(cell.id, s) for s in selectors)]
-    config.stash[_SELECTION_KEY] = ws, chosen, cells
-    return ws, chosen, cells
+    config.stash[_SELECTION_KEY] = selection, ws, chosen, cells
+    return selection, ws, chosen, cells
 
 
 @pytest.hookimpl(tryfirst=True)   # before -k / -m deselect, so they apply to cells too
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("xisa"):
         return
-    ws, chosen, cells = _select(config)
-    xisa_session = XisaSession(config, ws, chosen, cells)
+    selection, ws, chosen, cells = _select(config)
+    xisa_session = XisaSession(config, selection, ws, chosen, cells)
     parent = XisaCollector.from_parent(session, name="xisa", nodeid="xisa")
     for cell in cells:
         items.append(XisaCellItem.from_parent(parent, name=cell.id, cell=cell, xisa_session=xisa_session))
@@ -253,8 +254,8 @@ def _unused_goldens(config: pytest.Config) -> list:
     reports: not in an xdist worker)."""
     from xisa import api
 
-    ws, chosen, cells = _select(config)
-    return api.unused_goldens(ws, chosen, cells, kernel_filters=config.getoption("xisa_kernel") or None,
+    selection, ws, chosen, cells = _select(config)
+    return api.unused_goldens(ws, chosen, cells, kernel_filters=selection.kernel,
                               cell_patterns=config.stash.get(_SELECT_KEY, []))
 
 

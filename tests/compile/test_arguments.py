@@ -22,11 +22,11 @@ GFX942 = triton.backends.compiler.GPUTarget("hip", "gfx942", 64)
 
 def _compile(root: Path, cache: Path, **select) -> dict:
     """Each cell's result, through the calls `xisa compile` makes."""
-    from xisa.api import open_workspace, select_cells
+    from xisa.api import Selection, open_workspace
     from xisa.compile.runner import RunOptions, run_cells
 
     ws = open_workspace(cwd=root)
-    _, cells = select_cells(ws, arch=select.get("arch"), kernel=select.get("kernel"))
+    _, cells = Selection(arch=select.get("arch"), kernel=select.get("kernel")).cells(ws)
     results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=cache, options=RunOptions(jobs=1))
     return {cell.id: result for cell, result in zip(cells, results)}
 
@@ -71,7 +71,7 @@ def test_derived_ints_are_what_torch_gives(view):
 
 def test_a_case_with_derived_ints_binds_as_the_launch_with_the_real_tensor(project):
     """Through the spec: the derived ints specialize (==1, %16) exactly as the real view's do."""
-    from xisa.api import open_workspace, select_cells
+    from xisa.api import Selection, open_workspace
     from xisa.compile.bind import bind_cell
     from xisa.compile.loader import load_kernel_function
 
@@ -91,7 +91,7 @@ cases:
     constexprs: {BLOCK: 32}
 """)
     ws = open_workspace(cwd=project)
-    _, cells = select_cells(ws, arch=None, kernel=["derived"])
+    _, cells = Selection(kernel=["derived"]).cells(ws)
     fn = load_kernel_function(cells[0].kernel, roots=list(ws.project.kernel_roots), target=cells[0].target)
     bound = bind_cell(cells[0], fn)
     x = torch.empty(48, 32, dtype=torch.float32).t()

@@ -177,3 +177,64 @@ def test_the_offered_ab_measures_the_knob(run_xisa, tinyproj):
     offered = re.search(r"xisa ab (--b-env \S+)", out.err).group(1).split()
     ab = run_xisa("ab", *offered, *selection, cwd=tinyproj)
     assert ab.code == 1 and "scale:big@gfx942" in ab.out, ab.out + ab.err
+
+
+# --- a pinned variable is pinned in the compile itself (issue 22, class 6) ----------------------------
+
+def _unpinned_values(tmp_path: Path) -> dict[str, str]:
+    """Every pinned variable set to another value than its pin (one that changes code where it reaches it)."""
+    strings = {"PTXAS_OPTIONS": "-O0", "TRITON_F32_DEFAULT": "ieee", "TRITON_INSTRUMENTATION_MODE": "fpsan",
+               "TRITON_OVERRIDE_ARCH": "sm80", "TRITON_MOCK_PTX_VERSION": "80", "TRITON_LLVM_DEBUG_ONLY": "isel",
+               "TRITON_HIP_GLOBAL_PREFETCH": "2", "TRITON_HIP_LOCAL_PREFETCH": "2", "TRITON_HOME": str(tmp_path / "home"),
+               "MLIR_DUMP_PATH": str(tmp_path / "dump"), "TRITON_REPRODUCER_PATH": str(tmp_path / "repro")}
+    return {name: strings.get(name, "1" if pinned in (None, "0") else "0") for name, pinned in PINNED_ENV.items()}
+
+
+def test_every_pinned_variable_set_when_xisa_starts_leaves_the_compile_pinned(run_xisa, tinyproj, tmp_path):
+    """With every pinned variable set in the environment xisa starts in (so Triton is imported under it),
+    a fresh compile agrees with the warm answer: PTXAS_OPTIONS was read into CUDAOptions' defaults when
+    Triton's NVIDIA backend was imported, before the pins, and reached every sm_* compile (warm exit 0,
+    `--no-cache` exit 1)."""
+    spec = tinyproj / "kernels" / "scale.yaml"
+    spec.write_text(spec.read_text().replace("targets: [gfx1100, gfx1201, gfx942]",
+                                             "targets: [gfx1100, gfx942, sm_90, sm_100]"))
+    selection = ("--kernel", "scale:small")
+    assert run_xisa("bless", *selection, cwd=tinyproj).code == 0
+    env = _unpinned_values(tmp_path)
+    for extra in ((), ("--no-cache",)):
+        out = run_xisa("check", *selection, *extra, cwd=tinyproj, env=env)
+        assert out.code == 0, (extra, out.out, out.err)
+        note = next(line for line in out.err.splitlines() if line.startswith("xisa: note:"))
+        assert all(f"{name}=" in note for name in PINNED_ENV)
+
+
+_OPTION_DEFAULTS = """
+import json, os, sys
+from xisa.compile import runner, toolchain
+import triton                                    # imported under the user's environment, as xisa does
+from triton.backends.compiler import GPUTarget
+toolchain.apply_pinned_env(__import__("pathlib").Path(sys.argv[1]))
+runner._prepare_worker_toolchain()
+from triton.compiler.compiler import make_backend
+out = {}
+for target in (GPUTarget("cuda", 90, 32), GPUTarget("cuda", 100, 32), GPUTarget("hip", "gfx942", 64)):
+    options = make_backend(target).parse_options({})
+    out[f"{target.backend}:{target.arch}"] = {k: repr(v) for k, v in sorted(vars(options).items())}
+print(json.dumps(out))
+"""
+
+
+def test_a_compile_workers_backend_options_are_a_default_launchs(tmp_path):
+    """Whatever Triton read when it was imported, a worker's backend options (the defaults every compile
+    starts from) are those of a process that never saw the pinned variables: checked field by field, so a
+    variable no kernel here is sensitive to cannot slip through either."""
+    def defaults(env: dict[str, str]) -> dict:
+        clean = {k: v for k, v in os.environ.items() if k not in PINNED_ENV}
+        proc = subprocess.run([sys.executable, "-c", _OPTION_DEFAULTS, str(tmp_path / "cache")], capture_output=True,
+                              text=True, env={**clean, **env}, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    plain = defaults({})
+    assert plain["cuda:90"]["ptx_options"] == "None"
+    assert defaults(_unpinned_values(tmp_path)) == plain

@@ -34,11 +34,11 @@ def _pyproject(**settings: list[str]) -> str:
 
 def _compile(root: Path, cache: Path, *, use_cache: bool = True) -> dict[str, tuple]:
     """(status, cached, fingerprint, error) per cell, through the same calls `xisa compile` makes."""
-    from xisa.api import open_workspace, select_cells
+    from xisa.api import Selection, open_workspace
     from xisa.compile.runner import RunOptions, run_cells
 
     ws = open_workspace(cwd=root)
-    _, cells = select_cells(ws, arch=None, kernel=None)
+    _, cells = Selection().cells(ws)
     results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=cache,
                         options=RunOptions(jobs=1, use_cache=use_cache))
     return {cell.id: (r.status, r.cached, r.analysis.sha256 if r.analysis else None, r.error)

@@ -120,14 +120,14 @@ def test_a_gpu_present_whose_cases_name_no_check_ran_nothing(tinyproj, monkeypat
 
     monkeypatch.chdir(tinyproj)
     mi300 = detect_devices(TARGETS, torch_module=fake_torch([amd("gfx942:sramecc+:xnack-")], hip=True))
-    report = api.device(devices=mi300)
+    report = api.device(api.Selection(), devices=mi300)
     assert report.exit_code == 2
     assert report.not_run == [
         "the gfx942 GPU present: no cell ran (dot:f16_32@gfx942: skip: the case names no runtime check; "
         "scale:small@gfx942: skip: the case names no runtime check; scale:big@gfx942: skip: the case names no "
         "runtime check) (fix: run it where a GPU of that target is visible and its cases name a `runtime:` check, "
         "or leave it out of the selection)"]
-    assert api.device(arch=["gfx942"], devices=mi300).not_run[0].startswith("--arch gfx942: no cell ran (")
+    assert api.device(api.Selection(arch=["gfx942"]), devices=mi300).not_run[0].startswith("--arch gfx942: no cell ran (")
 
 
 def test_each_part_of_the_selection_needs_a_cell_that_ran(tinyproj, monkeypatch):

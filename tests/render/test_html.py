@@ -15,7 +15,8 @@ from hypothesis import given, settings, strategies as st
 from conftest import REPO, gfx11_branch_change, git
 from xisa.analyze.model import Analysis
 from xisa.golden.store import Golden
-from xisa.render.html import abstract_registers, render_html, stream_diff, write_html
+from xisa.analyze.streamdiff import abstract_registers, stream_diff
+from xisa.render.html import render_html, write_html
 from xisa.compile.result import CellResult
 from xisa.golden.verdict import CHANGED, SAME, CellVerdict, CheckReport, compute_delta
 
@@ -138,10 +139,10 @@ def test_register_abstracted_diff_shows_only_the_changed_instructions():
 @given(st.lists(st.sampled_from("abcd"), max_size=40), st.lists(st.sampled_from("abcd"), max_size=40))
 @settings(max_examples=300, deadline=None)
 def test_diff_opcodes_rebuild_the_head_and_keep_at_least_difflibs_matches(base, head):
-    from xisa.render.html import _diff_opcodes
+    from xisa.analyze.streamdiff import diff_opcodes
 
     rebuilt, i, j = [], 0, 0
-    for tag, i1, i2, j1, j2 in _diff_opcodes(base, head):
+    for tag, i1, i2, j1, j2 in diff_opcodes(base, head):
         assert (i1, j1) == (i, j)
         if tag == "equal":
             assert base[i1:i2] == head[j1:j2]
@@ -150,7 +151,7 @@ def test_diff_opcodes_rebuild_the_head_and_keep_at_least_difflibs_matches(base, 
     assert (i, j) == (len(base), len(head)) and rebuilt == head
     import difflib
 
-    kept = sum(i2 - i1 for tag, i1, i2, _, _ in _diff_opcodes(base, head) if tag == "equal")
+    kept = sum(i2 - i1 for tag, i1, i2, _, _ in diff_opcodes(base, head) if tag == "equal")
     assert kept >= sum(block.size for block in difflib.SequenceMatcher(None, base, head, autojunk=False)
                        .get_matching_blocks())
 
@@ -169,7 +170,8 @@ def test_binding_differences_are_shown():
 def test_the_page_stays_bounded_with_many_changed_cells(tmp_path):
     """116 changed cells, renumbered with a third of their instructions changed: both diffs of every
     cell reach the per-cell cap, so the page budget runs out; later cells get a note instead."""
-    from xisa.render.html import MAX_DIFF_ROWS, PAGE_DIFF_ROWS
+    from xisa.analyze.streamdiff import MAX_DIFF_ROWS
+    from xisa.render.html import PAGE_DIFF_ROWS
 
     verdicts = []
     for i in range(116):
@@ -344,3 +346,15 @@ def test_a_thousand_cell_page_loads_and_filters_in_chromium(tmp_path):
     dom = _browse(chromium, page.as_uri() + "#verdict=changed", tmp_path / "profile", "--dump-dom")
     assert "4 rows, 4 cells shown" in dom
     assert dom.count('data-rendered="1"') == 4               # the 4 changed cells are open; the rest stay lazy
+
+
+def test_the_pages_css_and_js_are_package_data_a_wheel_carries():
+    """`page.css` and `page.js` are files of the `xisa.render` package: hatch's wheel (`packages = ["xisa"]`)
+    takes every file of the package that git does not ignore, so an installed, non-editable xisa has them."""
+    from importlib import resources
+
+    for name in ("page.css", "page.js"):
+        assert resources.files("xisa.render").joinpath(name).read_text(encoding="utf-8").strip()
+        ignored = subprocess.run(["git", "check-ignore", "-q", f"xisa/render/{name}"], cwd=REPO)
+        assert ignored.returncode == 1, f"{name} is ignored by git, so a wheel would leave it out"
+    assert 'packages = ["xisa"]' in (REPO / "pyproject.toml").read_text()

@@ -51,7 +51,7 @@ def ab(
     for side in (side_a, side_b):
         if side.python and not quiet:   # it shows no progress bar: say where the time goes
             stderr().print(f"side {side.label} compiles with {side.python}, in a process of its own", markup=False)
-    outcome = api.ab(a=side_a, b=side_b, arch=arch, kernel=kernel, spec=spec, golden=golden,
+    outcome = api.ab(api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden), a=side_a, b=side_b,
                      options=run_options(jobs, timeout, no_cache), progress=progress_reporter)
     _emit_report(outcome.report, fmt, output, counts=count or [], title="xisa ab", quiet=quiet)
     if html is not None:
@@ -73,7 +73,7 @@ def ab_side(
     """One side of `xisa ab`, run by that side's Python: compile the selection and write every result whole."""
     options = run_options(jobs, timeout, no_cache, note=False)
     options.knobs = parse_knobs(knob or [], field="--knob")
-    run = api.compile(arch=arch, kernel=kernel, spec=spec, options=options)
+    run = api.compile(api.Selection(arch=arch, kernel=kernel, spec=spec), options=options)
     payload = side_payload(run.results, run.toolchain(), run.toolchains())
     write_atomic(output, json.dumps(payload, sort_keys=True))
     raise typer.Exit(EXIT_UNTRUSTED if any(not r.ok for r in run.results) else EXIT_OK)

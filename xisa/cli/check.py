@@ -82,8 +82,8 @@ def check(
 ) -> None:
     """CI gate: every cell against its golden (or, with --base, against a base revision). Exit 0 all well,
     1 regression, 2 untrustworthy."""
-    outcome = api.check(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope, base=base,
-                        compile_base=compile_base, shard=shard, options=run_options(jobs, timeout, no_cache),
+    selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope, shard=shard)
+    outcome = api.check(selection, base=base, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),
                         progress=progress_reporter)
     title = "xisa check" if base is None else f"xisa: ISA against `{base}`"
     _emit_report(outcome.report, fmt, output, counts=count or [], title=title, quiet=quiet, accept=outcome.accept)
@@ -103,7 +103,8 @@ def bless(
                                 "(changed, new and unused cells are listed and left as they are).")] = False,
 ) -> None:
     """Accept the current compile as the goldens of the selection (refused when CI is set)."""
-    blessed = api.bless(arch=arch, kernel=kernel, spec=spec, golden=golden, options=run_options(jobs, timeout, no_cache),
+    selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden)
+    blessed = api.bless(selection, options=run_options(jobs, timeout, no_cache),
                         lock_timeout=lock_timeout, progress=progress_reporter, record_stages=record_stages)
     outcome = blessed.outcome
     out = stdout()
@@ -151,8 +152,9 @@ def diff(
     Exit 1 when a cell outside the scope changed, appeared or disappeared since BASE, or this tree's
     goldens disagree with its compile; 2 when the result cannot be trusted; 0 otherwise. The same as
     `xisa check --base BASE`."""
-    outcome = api.gate(base, compile_base=compile_base, arch=arch, kernel=kernel, spec=spec, scope=scope,
-                       options=run_options(jobs, timeout, no_cache), progress=progress_reporter)
+    selection = api.Selection(arch=arch, kernel=kernel, spec=spec, scope=scope)
+    outcome = api.gate(base, selection, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),
+                       progress=progress_reporter)
     _emit_report(outcome.report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet,
                  accept=outcome.accept)
     print_failure_lines(outcome.failure_lines)

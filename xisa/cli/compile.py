@@ -39,7 +39,8 @@ def compile_command(
     """Cross-compile kernel cases for targets (no GPU needed) and print histograms, resources, fingerprints."""
     for pattern in count or []:
         check_key(pattern, path=None, field="--count")
-    run = api.compile(arch=arch, kernel=kernel, spec=spec, options=run_options(jobs, timeout, no_cache), emit=emit,
+    selection = api.Selection(arch=arch, kernel=kernel, spec=spec)
+    run = api.compile(selection, options=run_options(jobs, timeout, no_cache), emit=emit,
                       progress=progress_reporter)
     results, failures = run.results, run.failures
     if emit is not None:

@@ -23,7 +23,8 @@ def device(
     emit: Annotated[Optional[Path], typer.Option("--emit", help="Write launch and ahead-of-time stages to DIR.")] = None,
 ) -> None:
     """Run the cases' runtime checks on the GPU present and prove the launch compiled what xisa predicts."""
-    report = api.device(arch=arch, kernel=kernel, spec=spec, options=run_options(jobs, timeout, False), emit=emit)
+    selection = api.Selection(arch=arch, kernel=kernel, spec=spec)
+    report = api.device(selection, options=run_options(jobs, timeout, False), emit=emit)
     for line in report.not_run:   # a selection that verified nothing: diagnostics, whatever the format
         typer.echo(f"xisa: error: {line}", err=True)
     if not report.devices and not report.not_run:

@@ -29,7 +29,8 @@ def report(
 
     Without --base: the same verdicts and exit code as `xisa check`. With --base REV: as `xisa diff`
     (exit 0 unless the result cannot be trusted)."""
-    outcome = api.review(base=base, arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope,
+    selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope)
+    outcome = api.review(selection, base=base,
                          options=run_options(jobs, timeout, no_cache), progress=progress_reporter)
     if base is None:
         page_title, note = title or "xisa check", ""

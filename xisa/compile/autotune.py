@@ -3,6 +3,7 @@ values and pre_hook, and the values each heuristic computes, applied in the orde
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from xisa.compile.loader import load_kernel_object, unwrap_kernel

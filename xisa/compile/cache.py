@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from xisa.analyze.amdgcn import assembled_files
+from xisa.compile.installed import installed_digest
 from xisa.compile.reads import (compile_reads, dependency_digest, load_digest, note_compile_reads,
                                 reused_compile_reads)
 from xisa.errors import ToolchainError
@@ -58,21 +59,20 @@ def xisa_identity() -> str:
 @lru_cache(maxsize=1)
 def toolchain_identity() -> str:
     """The installed Triton build (its RECORD covers the bundled LLVM, lld and ptxas), the files of a Triton
-    imported from elsewhere, and the installed packages' versions (a kernel may import one), read without
-    importing anything."""
+    imported from elsewhere, and torch's build (the stand-ins' dtypes), read without importing anything.
+    Other installed packages are keyed per cell by what its compile used (`installed.py`): a `pip install`
+    of a package no compile imports answers nothing differently."""
     try:
         dist = metadata.distribution("triton")
     except metadata.PackageNotFoundError:
         return "none"
     record = (dist.read_text("RECORD") or "") + _triton_outside_its_wheel(dist)
-    installed = set()
-    for folder in sys.path:
-        try:
-            installed.update(n for n in os.listdir(folder or ".") if n.endswith((".dist-info", ".egg-info")))
-        except OSError:
-            continue
-    packages = hashlib.sha256("\n".join(sorted(installed)).encode()).hexdigest()[:16]
-    return f"{dist.version}:{hashlib.sha256(record.encode()).hexdigest()[:16]}:{packages}"
+    try:
+        torch = metadata.distribution("torch")
+        torch_build = f"{torch.version}:{hashlib.sha256((torch.read_text('RECORD') or '').encode()).hexdigest()[:16]}"
+    except metadata.PackageNotFoundError:
+        torch_build = "none"
+    return f"{dist.version}:{hashlib.sha256(record.encode()).hexdigest()[:16]}:torch {torch_build}"
 
 
 def _triton_outside_its_wheel(dist) -> str:
@@ -313,8 +313,9 @@ def triton_cache_class(fallback: str):
     class PrivateTritonCache(FileCacheManager):
         def __init__(self, key, override=False, dump=False):
             # Triton's key holds the kernel's source, not what its module's load read (a table that a
-            # constexpr function returns from, a variable): salted with that, an entry serves those alone.
-            salt = load_digest()
+            # constexpr function returns from, a variable) nor the installed code it used: salted with
+            # those, an entry serves them alone.
+            salt = f"{load_digest()}:{installed_digest()}"
             if salt:
                 key = hashlib.sha256(f"{key}:{salt}".encode()).hexdigest()
             try:

@@ -25,7 +25,7 @@ class CellResult(NamedByCell):
     seconds: float = 0.0
     stages: dict[str, str | bytes] = field(default_factory=dict, repr=False)
     cached: bool = False
-    # Whether one workgroup fits the target, judged with the spec's `launchable` (`xisa.api.judge_launches`);
+    # Whether one workgroup fits the target, judged with the spec's `launchable` (`xisa.api.run.judge_launches`);
     # derived from the analysis, the options and the target file, so never cached nor written to a golden.
     launch: Launch | None = None
 

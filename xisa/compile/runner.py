@@ -25,6 +25,7 @@ from xisa.compile.reads import ignore_reads_under
 from xisa.compile.cache import (ResultCache, Timings, cell_key, knob_triton_cache, open_cache_folder,
                                 triton_cache_class)
 from xisa.compile.cell import compile_cell
+from xisa.compile.installed import installed_dependencies, warm_installed
 from xisa.compile.result import CellResult
 from xisa.spec.cases import Cell
 from xisa.compile import toolchain
@@ -70,6 +71,7 @@ def _warm() -> None:
     from triton.backends.amd import compiler as _amd  # noqa: F401
     from triton.backends.nvidia import compiler as _nv  # noqa: F401
 
+    warm_installed()   # which distribution owns which module: once here, not per worker
     try:  # Triton hashes its own sources for every compile's cache key: once here, not per worker
         from triton.runtime.cache import triton_key
 
@@ -118,15 +120,36 @@ def _prepare_worker_toolchain() -> None:
     refresh = getattr(knobs, "refresh_knobs", None)  # knobs read once at import (TRITON_DEBUG)
     if refresh is not None:
         refresh()
+    _reimport_backend_compilers()
     knobs.cache.manager_class = triton_cache_class(_TRITON_FALLBACK)
     ignore_reads_under(os.environ.get("TRITON_CACHE_DIR", ""), _TRITON_FALLBACK)   # a compile's own output
+
+
+def _reimport_backend_compilers() -> None:
+    """Each backend's compiler module again, under the pinned environment. Its options dataclass takes some
+    defaults from knobs when the module is imported (Triton 3.8: `CUDAOptions.ptx_options` is
+    PTXAS_OPTIONS), and this process imported Triton before the pins (to judge the environment; a pytest
+    session long before): those defaults would be the user's, not a default launch's, and reach every
+    compile unseen by the cache key. A reload runs the module's definitions again in the same namespace, so
+    the backend class, which finds its options class there, builds options with the pinned defaults."""
+    import importlib
+
+    from triton.backends import backends
+
+    for backend in backends.values():
+        module = sys.modules.get(backend.compiler.__module__)
+        if module is not None:
+            importlib.reload(module)
 
 
 def _compile_one(index: int) -> tuple[int, CellResult, dict[str, str | None] | None]:
     """A cell's result and its depfile: the project files its kernel's load imported, with their hashes."""
     cell = _CELLS[index]
     result = compile_cell(cell, roots=_ROOTS, keep_stages=_KEEP_STAGES)
-    return index, result, kernel_dependencies(cell.kernel, cell.target)
+    dependencies = kernel_dependencies(cell.kernel, cell.target)
+    if dependencies is not None:   # and the installed code it could use: a reinstall with other code is a miss
+        dependencies = {**dependencies, **installed_dependencies()}
+    return index, result, dependencies
 
 
 class _Worker:

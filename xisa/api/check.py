@@ -1,0 +1,74 @@
+"""`xisa check` and `xisa report --html`: a selection's cells against their goldens, and the goldens it leaves
+unused."""
+
+from __future__ import annotations
+
+import fnmatch
+
+from xisa.api.gate import gate
+from xisa.api.judging import CheckOutcome, judge, outcome
+from xisa.api.run import Progress, Run, compile_selection, no_progress
+from xisa.api.selection import Selection
+from xisa.api.workspace import Workspace, validate_scopes
+from xisa.compile.runner import RunOptions
+from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, UsageError
+from xisa.golden.verdict import UNUSED, CellVerdict, build_report
+from xisa.spec.cases import Cell
+from xisa.spec.shard import parse_shard
+from xisa.spec.targets import Target
+
+
+def check(selection: Selection, *, base: str | None = None, compile_base: bool = False,
+          options: RunOptions = RunOptions(), progress: Progress = no_progress) -> CheckOutcome:
+    """`xisa check`: every selected cell against its golden, or with `base` the PR gate (see `gate`)."""
+    if base is not None:
+        if selection.shard is not None:
+            raise UsageError("--shard cannot be combined with --base: the gate against a base judges the whole "
+                             "selection", field="--shard", fix="shard `xisa check` without --base, and run the gate once")
+        return gate(base, selection, compile_base=compile_base, options=options, progress=progress)
+    if compile_base:
+        raise UsageError("--compile-base needs --base", field="--compile-base", fix="e.g. --base origin/main --compile-base")
+    from xisa.golden.selection import describe_selection
+
+    validate_scopes(selection.scope)
+    ws = selection.workspace()
+    validate_scopes(selection.scope, ws)
+    _, whole = selection.cells(ws, sharded=False)   # every shard's cells: what `xisa merge` must get back
+    described = describe_selection(ws, arch=selection.arch, kernel=selection.kernel, cells=whole)
+    run = compile_selection(ws, selection, options=options, golden_dirs=[(ws.project.golden_dir, "")],
+                            ab_command=selection.ab_command(), progress=progress)
+    report = judge(ws, run, kernel_filters=selection.kernel, scopes=selection.scope,
+                   shard=parse_shard(selection.shard), selection=described)
+    return outcome(report, ws, selection, run)
+
+
+def review(selection: Selection, *, base: str | None = None, options: RunOptions = RunOptions(),
+           progress: Progress = no_progress) -> CheckOutcome:
+    """`xisa report --html`: without `base`, the check's verdicts and exit code; with it, the selection
+    against BASE's goldens, failing only when the result cannot be trusted (a review, not a gate)."""
+    validate_scopes(selection.scope)
+    ws = selection.workspace()
+    validate_scopes(selection.scope, ws)
+    run = compile_selection(ws, selection, options=options, progress=progress)
+    if base is None:
+        return outcome(judge(ws, run, kernel_filters=selection.kernel, scopes=selection.scope), ws, selection, run)
+    from xisa.spec import gitrev
+
+    with gitrev.goldens_at(base, ws.project, golden=selection.golden) as base_dir:
+        report = judge(ws, run, kernel_filters=selection.kernel, scopes=selection.scope, golden_dir=base_dir,
+                       display_root=base_dir)
+    return CheckOutcome(report=report, accept=None, exit_code=EXIT_UNTRUSTED if report.exit_code == EXIT_UNTRUSTED
+                        else EXIT_OK, failure_lines=run.failure_lines())
+
+
+def unused_goldens(ws: Workspace, chosen: list[Target], cells: list[Cell], *, kernel_filters: list[str] | None,
+                   cell_patterns: list[str] | None = None) -> list[CellVerdict]:
+    """The goldens inside a selection (its targets, kernel filters and, if given, cell-id globs) that no
+    cell of it has: what `xisa check` reports as unused. Nothing is compiled."""
+    empty = Run(targets=chosen, results=[], failures={})
+    report = build_report(empty.results, empty.failures, golden_dir=ws.project.golden_dir,
+                          display_root=ws.project.root, selected_targets={t.name for t in chosen},
+                          kernel_filters=kernel_filters, scopes=[], toolchain={})
+    ids = {cell.id for cell in cells}
+    return [v for v in report.verdicts if v.verdict == UNUSED and v.id not in ids
+            and (not cell_patterns or any(fnmatch.fnmatchcase(v.id, p) for p in cell_patterns))]

@@ -1,0 +1,121 @@
+"""The PR gate (`xisa diff`, `xisa check --base`): this tree against a base revision, its goldens read from git or
+its kernels compiled in a worktree, judged by the scope."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import tempfile
+from pathlib import Path
+
+from xisa.api.judging import CheckOutcome, bless_commands
+from xisa.api.run import Progress, compile_cells, compile_selection, no_progress
+from xisa.api.selection import Selection
+from xisa.api.workspace import Workspace, open_workspace, validate_scopes
+from xisa.compile.runner import RunOptions
+from xisa.errors import UsageError
+from xisa.golden.store import golden_paths
+from xisa.spec.cases import Cell
+from xisa.spec.targets import Target
+
+
+def gate(base: str, selection: Selection, *, compile_base: bool = False, options: RunOptions = RunOptions(),
+         progress: Progress = no_progress) -> CheckOutcome:
+    """The PR gate (`xisa diff`, `xisa check --base`): this tree against BASE, its goldens (read from git)
+    or its kernels (compiled in a worktree), judged by the scope; `accept` brings this tree's stale goldens
+    in line. Everything that can be refused is refused before the first compile: a filter, the scope,
+    the revision, goldens of another toolchain at either end."""
+    from xisa.golden.gate import base_record, judge_against_base
+    from xisa.golden.store import list_goldens
+    from xisa.spec import gitrev
+
+    for flag, value in (("--arch", selection.arch), ("--kernel", selection.kernel)):
+        if value:   # a gate over part of the cells would pass whatever changed in the rest
+            raise UsageError(f"{flag} cannot narrow the gate against a base: the cells it leaves out would not be "
+                             "judged", field=flag, fix=f"drop it (the gate judges every cell); to look at a subset, "
+                                                      f"run `xisa check {flag} ...` without --base")
+    scope = selection.scope
+    validate_scopes(scope)
+    ws = selection.workspace()
+    whole = selection.whole()
+    commit = gitrev.resolve(base, ws.project.root)
+    head_goldens = (ws.project.golden_dir, "")
+    with contextlib.ExitStack() as stack:
+        base_errors: dict[str, str] = {}
+        if compile_base:
+            tree, root, base_ws, base_targets, base_cells = _open_base(stack, ws, commit, spec=selection.spec)
+            validate_scopes(scope, ws, also=[(c.kernel.name, c.case, c.target.name) for c in base_cells])
+            run = compile_selection(ws, whole, options=options, golden_dirs=[head_goldens], progress=progress)
+            base_dir, base_errors = _compile_base(stack, tree, root, base_ws, base_targets, base_cells,
+                                                  options=options, progress=progress)
+        else:
+            base_dir = stack.enter_context(gitrev.goldens_at(base, ws.project, golden=selection.golden))
+            # A scope may name what only the base has: a removed kernel, a renamed case, a dropped target.
+            validate_scopes(scope, ws, also=list_goldens(base_dir))
+            run = compile_selection(ws, whole, options=options,
+                                    golden_dirs=[head_goldens, (base_dir, f"{base}:")], progress=progress)
+        report = judge_against_base(run.results, run.failures, base=base_record(base, commit, compiled=compile_base),
+                                    base_dir=base_dir, base_errors=base_errors, head_golden_dir=ws.project.golden_dir,
+                                    display_root=ws.project.root, selected_targets={t.name for t in run.targets},
+                                    scopes=scope or [], toolchain=run.toolchain())
+    stale = dataclasses.replace(report, verdicts=report.stale_goldens, stale_goldens=[], base=None)
+    return CheckOutcome(report=report, accept=bless_commands(stale, ws, whole),
+                        exit_code=report.exit_code, failure_lines=run.failure_lines())
+
+
+def _open_base(stack: contextlib.ExitStack, ws: Workspace, commit: str, *, spec: list[Path] | None):
+    """A temporary worktree of `commit` and the workspace of the project there, configured as the base
+    configures it (its own `[tool.xisa]` specs and targets: a PR that drops a spec from the list must not
+    drop it from the base too); specs named with --spec are those paths at the base. Returns the worktree,
+    the repository root, the base's workspace, its targets and its cells."""
+    from xisa.spec import gitrev
+
+    root = gitrev.repo_root(ws.project.root)
+    tree = stack.enter_context(gitrev.worktree_at(commit, root))
+    base_root = tree / gitrev.project_at(root, ws.project)
+    base_specs = None
+    if spec:
+        mapped = []
+        for path in ws.project.spec_paths:
+            try:
+                mapped.append(tree / path.resolve().relative_to(root.resolve()))
+            except ValueError:   # the same file on both sides: its changes would never show
+                raise UsageError(f"{path} is outside the git repository {root}, so the base has no version of it",
+                                 field="--spec", fix="keep the specs inside the repository") from None
+        base_specs = [path for path in mapped if path.exists()]
+        if not base_specs:
+            raise UsageError(f"no --spec path exists at {commit[:12]}: there is nothing to compile there",
+                             field="--spec", fix="name specs that the base has too, or judge against its goldens "
+                                                 "(without --compile-base)")
+    base_ws = open_workspace(cwd=base_root, spec=base_specs)
+    chosen, cells = Selection().cells(base_ws)
+    return tree, root, base_ws, chosen, cells
+
+
+def _compile_base(stack: contextlib.ExitStack, tree: Path, root: Path, base_ws: Workspace, chosen: list[Target],
+                  cells: list[Cell], *, options: RunOptions, progress: Progress) -> tuple[Path, dict[str, str]]:
+    """Compile the base's cells in its worktree, imports resolved there, and render the results as goldens
+    in a temporary folder. Returns that folder and the base cells that failed."""
+    from xisa.golden.store import render_golden, write_golden
+    from xisa.spec import gitrev
+
+    with gitrev.imports_from(tree, root):
+        errors: dict[str, str] = {}
+        for spec in {c.kernel.name: c.kernel for c in cells}.values():
+            outside = spec.module and gitrev.module_outside(spec.module, tree)
+            if outside:
+                for cell in (c for c in cells if c.kernel is spec):
+                    errors[cell.id] = (f"module {spec.module!r} resolves to {outside}, outside the base worktree "
+                                       "(an editable install of this checkout?)")
+        cells = [c for c in cells if c.id not in errors]
+        base_run = compile_cells(base_ws, chosen, cells, options=options, progress=progress)
+    base_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="xisa-base-goldens-"))) / "golden"
+    toolchains = base_run.toolchains()
+    for result in base_run.results:
+        if result.ok:
+            yaml_text, stream_text = render_golden(result, toolchain=toolchains[result.target], stream_file=True)
+            write_golden(*golden_paths(base_dir, result.kernel, result.case, result.target), yaml_text, stream_text)
+        else:
+            errors[result.id] = result.error or "compile failed"
+    base_dir.mkdir(parents=True, exist_ok=True)
+    return base_dir, errors

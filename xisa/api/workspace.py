@@ -1,0 +1,120 @@
+"""The project a command works on: its targets and specs loaded once (`open_workspace`), the cells a
+selection names, and what is refused before anything compiles (a bad scope, goldens of another toolchain)."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+
+from xisa.analyze.expect import check_against_targets
+from xisa.compile.autotune import count_configs
+from xisa.compile.toolchain import describe_toolchain
+from xisa.errors import SpecError, ToolchainError
+from xisa.golden.store import golden_paths, read_golden_toolchain
+from xisa.golden.verdict import Scope, check_scopes
+from xisa.names import display_path
+from xisa.spec.cases import Cell, KernelSpec, build_cells, discover_spec_files, load_specs
+from xisa.spec.project import Project, load_project
+from xisa.spec.targets import Target, load_targets, select_targets
+
+
+@dataclass
+class Workspace:
+    project: Project
+    targets: dict[str, Target]
+    specs: list[KernelSpec]
+
+    def select(self, *, arch: list[str] | None = None, kernel: list[str] | None = None) -> tuple[list[Target], list[Cell]]:
+        chosen = select_targets(self.targets, arch)
+        if kernel:
+            names = {s.name for s in self.specs}
+            for flt in kernel:
+                kpat = flt.partition(":")[0]
+                if not any(fnmatch.fnmatchcase(n, kpat) for n in names):
+                    near = difflib.get_close_matches(kpat, sorted(names), n=1)
+                    raise SpecError(f"no kernel matches {flt!r}", field="--kernel",
+                                    fix=f"did you mean {near[0]!r}?" if near else f"kernels: {', '.join(sorted(names))}")
+        cells = build_cells(self.specs, chosen, kernel_filters=kernel)
+        known = {name: target.backend for name, target in self.targets.items()}
+        for cell in cells:
+            check_against_targets(cell.expect, known, path=cell.kernel.spec_path, field=cell.field_path)
+        return chosen, cells
+
+
+def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None, cwd: Path | None = None) -> Workspace:
+    project = load_project(cwd=cwd, spec=spec, golden=golden)
+    targets = load_targets(list(project.target_dirs), root=project.root)
+    files = discover_spec_files(list(project.spec_paths))
+    if not files:
+        raise SpecError("no kernel specs found", path=", ".join(project.display(p) for p in project.spec_paths),
+                        fix="add kernels/<name>.yaml or pass --spec PATH")
+    roots = list(project.kernel_roots)
+    specs = load_specs(files, root=project.root, pythonpath=project.pythonpath, import_hooks=project.import_hooks,
+                       count_configs=lambda spec, field: count_configs(spec, field, roots=roots))
+    return Workspace(project=project, targets=targets, specs=specs)
+
+
+def validate_scopes(scopes: list[str] | None, ws: Workspace | None = None, *,
+                    also: list[tuple[str, str, str]] | tuple = ()) -> None:
+    """A bad --scope is refused before anything compiles: its syntax, and (given the workspace) a
+    part that matches no known target, kernel or case; `also` adds (kernel, case, target) names that
+    only a base revision has."""
+    if ws is None:
+        for text in scopes or []:
+            Scope.parse(text)
+        return
+    targets = set(ws.targets) | {target for _, _, target in also}
+    cases = {spec.name: {case.name for case in spec.cases} for spec in ws.specs}
+    for kernel, case, _ in also:
+        cases.setdefault(kernel, set()).add(case)
+    check_scopes(scopes or [], targets=sorted(targets), cases={k: sorted(v) for k, v in cases.items()})
+
+
+def check_golden_toolchains(cells: list[Cell], golden_dir: Path, *, display_root: Path, label: str = "",
+                            ab_command: str | None = None) -> None:
+    """Refuse, before anything compiles, goldens of the selection made with another toolchain than the
+    one their cells compile with: no compile could be compared with them (exit 2, one line).
+
+    Triton's version always counts; the AMD codegen revision or ptxas's version counts where both the
+    golden and the installed toolchain name one for the cell's backend. Unreadable goldens are left to
+    the per-cell verdict, which reports each one."""
+    installed_by_backend: dict[str, dict[str, str]] = {}
+    mismatched: dict[tuple[str, str, str], list[str]] = {}   # (fact, golden's, installed) -> files
+    for cell in cells:
+        yaml_path, _ = golden_paths(golden_dir, cell.kernel.name, cell.case, cell.target.name)
+        recorded = read_golden_toolchain(yaml_path)
+        if recorded is None:
+            continue
+        shown = label + display_path(yaml_path, display_root)
+        backend = cell.target.backend
+        if backend not in installed_by_backend:
+            installed_by_backend[backend] = describe_toolchain(backends={backend})
+        for fact, value in installed_by_backend[backend].items():
+            if fact in recorded and str(recorded[fact]) != value:
+                mismatched.setdefault((fact, str(recorded[fact]), value), []).append(shown)
+    if not mismatched:
+        return
+    (fact, theirs, ours), files = max(mismatched.items(), key=lambda item: len(item[1]))
+    others = len({f for group in mismatched.values() for f in group} - set(files))
+    name = {"triton": "Triton", "amd_codegen": "the AMD codegen revision", "ptxas": "ptxas"}.get(fact, fact)
+    if label:   # a base revision's goldens: re-blessing this tree cannot change them
+        fix = (f"pip install triton=={theirs}, or judge against the base compiled with {ours}: --compile-base"
+               if fact == "triton" else "install the Triton build the goldens were made with, or judge against "
+                                        "the base compiled with this one: --compile-base")
+    elif ab_command:   # an upgrade: the command that shows what it changes, before accepting it
+        fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens once `{ab_command}` "
+               "shows what it changes, cell by cell" if fact == "triton" else
+               "install the Triton build the goldens were made with, or re-bless and commit the goldens once "
+               f"`{ab_command}` shows what this toolchain changes, cell by cell")
+    else:
+        fix = (f"pip install triton=={theirs}, or re-bless with {ours} and commit the goldens" if fact == "triton"
+               else "install the Triton build the goldens were made with, or re-bless and commit the goldens")
+    count = len(files)
+    raise ToolchainError(f"{count} golden{'s' if count != 1 else ''} of this selection {'were' if count != 1 else 'was'} "
+                         f"made with {name} {theirs} but {ours} is installed"
+                         + (f" ({others} more of yet another toolchain)" if others else "")
+                         + ": no compile could be compared with them", path=files[0], field="toolchain", fix=fix)
+
+
