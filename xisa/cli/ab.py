@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from xisa import api
-from xisa.cli.check import CountOption, Format, FormatOption, OutputOption, _emit_report
+from xisa.cli.check import CountOption, Format, FormatOption, OutputOption, emit_report
 from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
                               TimeoutOption, run_options, stderr)
 from xisa.compile.toolchain import parse_knobs
@@ -53,7 +53,7 @@ def ab(
             stderr().print(f"side {side.label} compiles with {side.python}, in a process of its own", markup=False)
     outcome = api.ab(api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden), a=side_a, b=side_b,
                      options=run_options(jobs, timeout, no_cache), progress=progress_reporter)
-    _emit_report(outcome.report, fmt, output, counts=count or [], title="xisa ab", quiet=quiet)
+    emit_report(outcome.report, fmt, output, counts=count or [], title="xisa ab", quiet=quiet)
     if html is not None:
         from xisa.render.html import render_html, write_html
 

@@ -41,8 +41,9 @@ CompileBaseOption = Annotated[bool, typer.Option(
                            "reading its goldens.")]
 
 
-def _emit_report(report: CheckReport, fmt: Format, output: Path | None, *, counts: list[str], title: str,
-                 quiet: bool, accept: list[str] | None = None) -> None:
+def emit_report(report: CheckReport, fmt: Format, output: Path | None, *, counts: list[str], title: str,
+                quiet: bool, accept: list[str] | None = None) -> None:
+    """A check, gate or A/B report in `fmt`, to stdout or written to `output` (`xisa check`, `diff`, `ab`)."""
     if fmt is Format.text and output is None:
         render_check_text(stdout(), report, counts=counts, quiet=quiet, accept=accept)
         return
@@ -86,7 +87,7 @@ def check(
     outcome = api.check(selection, base=base, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),
                         progress=progress_reporter)
     title = "xisa check" if base is None else f"xisa: ISA against `{base}`"
-    _emit_report(outcome.report, fmt, output, counts=count or [], title=title, quiet=quiet, accept=outcome.accept)
+    emit_report(outcome.report, fmt, output, counts=count or [], title=title, quiet=quiet, accept=outcome.accept)
     print_failure_lines(outcome.failure_lines)
     raise typer.Exit(outcome.exit_code)
 
@@ -155,7 +156,7 @@ def diff(
     selection = api.Selection(arch=arch, kernel=kernel, spec=spec, scope=scope)
     outcome = api.gate(base, selection, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),
                        progress=progress_reporter)
-    _emit_report(outcome.report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet,
+    emit_report(outcome.report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet,
                  accept=outcome.accept)
     print_failure_lines(outcome.failure_lines)
     raise typer.Exit(outcome.exit_code)

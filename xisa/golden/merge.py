@@ -26,9 +26,8 @@ from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, CellKey, is_valid_na
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 from xisa.spec.shard import shard_of
 from xisa.golden.verdict import (CANNOT_LAUNCH, CHANGED, ERROR, EXPECT_FAILED, NEW, RESOURCE_DELTA_KEYS, SAME, UNUSED,
-                                 CellVerdict, CheckReport, Scope)
+                                 CellVerdict, CheckReport, Scope, Verdict)
 
-VERDICTS = (SAME, CHANGED, NEW, UNUSED, ERROR, EXPECT_FAILED, CANNOT_LAUNCH)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FIX = "merge the unchanged reports of one `xisa check --shard I/N --format json` run, every shard once"
 
@@ -140,8 +139,8 @@ def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
         names.append(value)
     where = f"{where} ({CellKey(*names)})"
     verdict = _field(cell, "verdict", (str,), where)
-    if verdict not in VERDICTS:
-        raise _Invalid(f"{where}.verdict", f"unknown verdict {verdict[:40]!r} (known: {', '.join(VERDICTS)})")
+    if verdict not in set(Verdict):
+        raise _Invalid(f"{where}.verdict", f"unknown verdict {verdict[:40]!r} (known: {', '.join(Verdict)})")
     in_scope = _field(cell, "in_scope", (bool,), where)
     if in_scope != any(scope.covers(*names) for scope in scopes):
         raise _Invalid(f"{where}.in_scope", f"is {json.dumps(in_scope)}, but the report's scopes say otherwise")
@@ -188,7 +187,7 @@ def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
         problem = "disagrees with its launch"
     if problem is not None:
         raise _Invalid(f"{where}.verdict", f"{verdict!r} {problem}")
-    return CellVerdict(kernel=names[0], case=names[1], target=names[2], verdict=verdict, in_scope=in_scope,
+    return CellVerdict(kernel=names[0], case=names[1], target=names[2], verdict=Verdict(verdict), in_scope=in_scope,
                        message=message)
 
 

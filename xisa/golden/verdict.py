@@ -5,6 +5,7 @@ Pure: takes results and goldens, returns a report object; rendering and writing 
 
 from __future__ import annotations
 
+import enum
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +28,43 @@ from xisa.spec.shard import shard_of
 # The version of every JSON document xisa prints (check, compile, device, targets, kernels); see docs/json-schema.md.
 JSON_SCHEMA_VERSION = 1
 
-SAME, CHANGED, NEW, UNUSED, ERROR, EXPECT_FAILED = "same", "changed", "new", "unused", "error", "expectation-failed"
-# One workgroup (block) of the cell exceeds a per-workgroup limit of its target file and the spec does not
-# say `launchable: false` for it: the kernel would raise OutOfResources there. A regression, whatever the scope.
-CANNOT_LAUNCH = "cannot-launch"
+class Verdict(enum.StrEnum):
+    """What a cell's compile is against its golden. The members stand in the order every output lists them,
+    worst first; the value is the JSON's (`"verdict"`), and each member carries its facts below."""
+
+    ERROR = "error"                          # the cell cannot be judged: a compile error, an unreadable golden
+    # One workgroup (block) of the cell exceeds a per-workgroup limit of its target file and the spec does not
+    # say `launchable: false` for it: the kernel would raise OutOfResources there. A regression, whatever the scope.
+    CANNOT_LAUNCH = "cannot-launch"
+    EXPECT_FAILED = "expectation-failed"     # an expectation of the spec does not hold
+    CHANGED = "changed"                      # the code object differs from the golden's
+    NEW = "new"                              # a cell with no golden
+    UNUSED = "unused"                        # a golden with no cell
+    SAME = "same"                            # byte-identical
+
+    @property
+    def acceptable(self) -> bool:
+        """`xisa bless` resolves it, by rewriting or removing goldens."""
+        return self in (Verdict.CHANGED, Verdict.NEW, Verdict.UNUSED)
+
+    @property
+    def explained(self) -> bool:
+        """Its message says what failed (outputs list it under their tables)."""
+        return self in (Verdict.ERROR, Verdict.CANNOT_LAUNCH, Verdict.EXPECT_FAILED, Verdict.UNUSED)
+
+    def scoped(self, judged_by_scope: bool) -> bool:
+        """A change a scope may allow, and one outside every scope violates isolation: a changed cell; and
+        against a base revision (a PR's gate) a new cell or a removed golden too."""
+        return self is Verdict.CHANGED or (judged_by_scope and self in (Verdict.NEW, Verdict.UNUSED))
+
+    @property
+    def regression(self) -> bool:
+        """A regression whatever the scope, where the scope does not judge it (exit 1)."""
+        return self in (Verdict.NEW, Verdict.UNUSED, Verdict.EXPECT_FAILED, Verdict.CANNOT_LAUNCH)
+
+
+SAME, CHANGED, NEW, UNUSED = Verdict.SAME, Verdict.CHANGED, Verdict.NEW, Verdict.UNUSED
+ERROR, EXPECT_FAILED, CANNOT_LAUNCH = Verdict.ERROR, Verdict.EXPECT_FAILED, Verdict.CANNOT_LAUNCH
 RESOURCE_DELTA_KEYS = COMPARED_RESOURCES      # a change of one of them alone is a changed cell
 
 
@@ -123,7 +157,7 @@ class CellVerdict(NamedByCell):
     kernel: str
     case: str
     target: str
-    verdict: str
+    verdict: Verdict
     in_scope: bool = False
     message: str = ""
     golden_file: str = ""
@@ -142,14 +176,12 @@ class CellVerdict(NamedByCell):
 
     @property
     def violates_isolation(self) -> bool:
-        scoped = (CHANGED, NEW, UNUSED) if self.judged_by_scope else (CHANGED,)
-        return self.verdict in scoped and not self.in_scope
+        return Verdict(self.verdict).scoped(self.judged_by_scope) and not self.in_scope
 
     @property
     def is_regression(self) -> bool:
-        if self.verdict == CHANGED or (self.judged_by_scope and self.verdict in (NEW, UNUSED)):
-            return not self.in_scope
-        return self.verdict in (NEW, UNUSED, EXPECT_FAILED, CANNOT_LAUNCH)
+        verdict = Verdict(self.verdict)
+        return not self.in_scope if verdict.scoped(self.judged_by_scope) else verdict.regression
 
     @property
     def launch(self):

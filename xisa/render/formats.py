@@ -19,7 +19,7 @@ from xisa.analyze.expect import Failure, measure
 from xisa.compile.result import CellResult
 from xisa.compile.toolchain import describe_toolchain
 from xisa.golden.ab import largest_resource_changes, target_summaries
-from xisa.golden.verdict import JSON_SCHEMA_VERSION
+from xisa.golden.verdict import JSON_SCHEMA_VERSION, Verdict
 from xisa.names import CellKey
 
 
@@ -177,12 +177,8 @@ def render_compile_table(console: Console, results: list[CellResult], failures: 
 
 # ---------------------------------------------------------------- check / diff reports
 
-_VERDICT_STYLE = {"same": "green", "changed": "yellow", "new": "cyan", "unused": "magenta", "error": "red",
-                  "expectation-failed": "red", "cannot-launch": "red"}
-_SUMMARY_ORDER = ("error", "cannot-launch", "expectation-failed", "changed", "new", "unused", "same")
-# Verdicts whose message says what failed (listed under the tables).
-_EXPLAINED = ("error", "cannot-launch", "expectation-failed", "unused")
-ACCEPTABLE = ("changed", "new", "unused")      # what `xisa bless` resolves by rewriting or removing goldens
+_VERDICT_STYLE = {Verdict.SAME: "green", Verdict.CHANGED: "yellow", Verdict.NEW: "cyan", Verdict.UNUSED: "magenta",
+                  Verdict.ERROR: "red", Verdict.EXPECT_FAILED: "red", Verdict.CANNOT_LAUNCH: "red"}
 
 
 def verdict_label(v) -> str:
@@ -212,7 +208,7 @@ def summary_line(report) -> str:
             continue
         parts.append(f"{target}: " + ", ".join(
             f"{counts[verdict]} {'byte-identical' if verdict == 'same' else verdict}"
-            for verdict in _SUMMARY_ORDER if counts.get(verdict)))
+            for verdict in Verdict if counts.get(verdict)))
     identical = sorted(t for t, counts in per_target.items() if set(counts) == {"same"})
     if identical:
         total = sum(per_target[t]["same"] for t in identical)
@@ -250,7 +246,7 @@ def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_ar
     for v in report.verdicts:
         name = f"{v.kernel}:{v.case}"
         selected.setdefault(v.target, set()).add(name)
-        if v.verdict in ACCEPTABLE:
+        if Verdict(v.verdict).acceptable:
             wanted.setdefault(v.target, set()).add(name)
             if v.verdict == "unused" and kernels is not None and v.kernel not in kernels:
                 orphans[(name, v.target)] = v.golden_file
@@ -375,7 +371,7 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                     lines.append(f"- `{v.kernel}:{v.case}` binding: {moved}")
                 if v.stages is not None:
                     lines.append(f"- `{v.kernel}:{v.case}` stages: {v.stages.phrase()}")
-                if v.message and v.verdict in _EXPLAINED:
+                if v.message and Verdict(v.verdict).explained:
                     first, *rest = v.message.splitlines() or [""]
                     lines.append(f"- `{v.kernel}:{v.case}`: {first}")
                     if rest:
@@ -461,7 +457,7 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
                 for line in line_change_lines(v):
                     console.print(Text(line))
     for v in report.verdicts:
-        if v.message and v.verdict in (*_EXPLAINED, "new"):
+        if v.message and (Verdict(v.verdict).explained or v.verdict == Verdict.NEW):
             console.print(Text(error_block(f"{v.verdict}: {v.id}", v.message), style=_VERDICT_STYLE.get(v.verdict, "")))
     for v in report.stale_goldens:
         console.print(Text(f"stale golden: {v.id}: {v.message}", style="red"))
@@ -557,7 +553,7 @@ def target_summary_lines(report) -> list[str]:
     """One line per target: verdict counts, instructions of the compared cells A → B, resources that moved."""
     lines = []
     for summary in target_summaries(report):
-        counts = ", ".join(f"{summary.counts[v]} {'same' if v == 'same' else v}" for v in _SUMMARY_ORDER
+        counts = ", ".join(f"{summary.counts[v]} {'same' if v == 'same' else v}" for v in Verdict
                            if summary.counts.get(v))
         line = f"{summary.target}: {counts} ({_plural(summary.cells, 'cell')})"
         if summary.instructions != (0, 0):

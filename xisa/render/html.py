@@ -24,16 +24,15 @@ from xisa.analyze.backends import RESOURCE_ORDER
 from xisa.analyze.lines import NO_LINE, split_loc
 from xisa.analyze.streamdiff import abstract_registers, stream_diff
 from xisa.fsio import write_atomic
-from xisa.golden.verdict import (CANNOT_LAUNCH, CHANGED, ERROR, EXPECT_FAILED, NEW, SAME, UNUSED, CellVerdict,
-                                 CheckReport)
+from xisa.golden.verdict import CHANGED, SAME, CellVerdict, CheckReport, Verdict
 
 HTML_SCHEMA_VERSION = 1
-VERDICT_ORDER = (ERROR, CANNOT_LAUNCH, EXPECT_FAILED, CHANGED, NEW, UNUSED, SAME)
 PAGE_DIFF_ROWS = 30_000        # per page: later cells get a note instead of a diff (the page stays a few MB)
 HISTOGRAM_ROWS = 40
 AUTO_OPEN_LIMIT = 5            # at most this many non-identical cells: open them on load
-MATRIX_HINT = {SAME: "byte-identical", CHANGED: "changed", NEW: "new (no golden)", UNUSED: "unused golden",
-               ERROR: "error", EXPECT_FAILED: "expectation failed", CANNOT_LAUNCH: "cannot launch"}
+MATRIX_HINT = {Verdict.SAME: "byte-identical", Verdict.CHANGED: "changed", Verdict.NEW: "new (no golden)",
+               Verdict.UNUSED: "unused golden", Verdict.ERROR: "error", Verdict.EXPECT_FAILED: "expectation failed",
+               Verdict.CANNOT_LAUNCH: "cannot launch"}
 EXIT_LABEL = {0: "pass", 1: "regression", 2: "untrusted"}
 
 
@@ -249,10 +248,10 @@ def _filter_bar(counts: dict[str, int]) -> str:
            "mnemonic…\" aria-label=\"filter\"> <select id=\"verdict-filter\" aria-label=\"verdict\">"
            "<option value=\"\">all verdicts</option><option value=\"not-same\">anything but same</option>"]
     out += [f"<option value=\"{_e(verdict)}\">{_e(verdict)} ({counts.get(verdict, 0)})</option>"
-            for verdict in VERDICT_ORDER]
+            for verdict in Verdict]
     out.append("</select> <span class=\"chips\">")
     out += [f"<button type=\"button\" class=\"chip v-{_e(verdict)}\" data-verdict=\"{_e(verdict)}\">"
-            f"{_e(verdict)} {counts[verdict]}</button>" for verdict in VERDICT_ORDER if counts.get(verdict)]
+            f"{_e(verdict)} {counts[verdict]}</button>" for verdict in Verdict if counts.get(verdict)]
     out.append("</span> <span id=\"shown\"></span></nav>\n")
     return "".join(out)
 
@@ -273,7 +272,7 @@ def _matrix(verdicts: list[CellVerdict]) -> str:
         out += [_matrix_cell(v) for v in row_verdicts]
         out.append("</tr>\n")
     out.append("</tbody></table></div>\n<p class=\"legend\">")
-    out += [f"<span class=\"swatch v-{_e(verdict)}\"></span>{_e(verdict)} " for verdict in VERDICT_ORDER]
+    out += [f"<span class=\"swatch v-{_e(verdict)}\"></span>{_e(verdict)} " for verdict in Verdict]
     out.append("· numbers are instruction counts (head; the golden's for unused cells) and their change</p></section>\n")
     return "".join(out)
 
@@ -319,8 +318,8 @@ def _details(verdicts: list[CellVerdict], loop_estimates: dict[tuple[str, str, s
                           for v in members)
                 + "</details>\n")
 
-    ordered = sorted(not_same, key=lambda v: (VERDICT_ORDER.index(v.verdict) if v.verdict in VERDICT_ORDER else 99,
-                                              v.target, v.kernel, v.case))
+    rank = {verdict: i for i, verdict in enumerate(Verdict)}   # worst first
+    ordered = sorted(not_same, key=lambda v: (rank.get(v.verdict, 99), v.target, v.kernel, v.case))
     return ("<section id=\"details\">\n" + group("Cells that differ or fail", ordered, open_=True, sid="group-differ")
             + group("Byte-identical cells", [v for v in verdicts if v.verdict == SAME], open_=False, sid="group-same")
             + "</section>\n")
