@@ -141,6 +141,10 @@ class Analysis:
     # text): see `codeobject.py`. `code_sections`: each part's digest, short, to say which one changed.
     code_sha256: str | None = None
     code_sections: dict[str, str] = field(default_factory=dict)
+    # What the launcher reads beside the code object from Triton's compiled metadata, options aside (those are the
+    # golden's `options`): the dynamic shared memory it passes to the launch, global and profile scratch sizes,
+    # tensor memory, tensor descriptors, the kernel's name. Part of the record: a change is a changed cell.
+    metadata: dict[str, Any] = field(default_factory=dict)
     # Directives inside inline asm that xisa could not evaluate (kept verbatim in the stream): the
     # counts of such a cell may not be the machine code's; `code_sha256` still is.
     opaque_asm: list[str] = field(default_factory=list)
@@ -165,6 +169,8 @@ class Analysis:
         }
         if self.code_sections:
             record["code_sections"] = dict(self.code_sections)
+        if self.metadata:
+            record["metadata"] = dict(self.metadata)
         if self.opaque_asm:
             record["opaque_asm"] = list(self.opaque_asm)
         if self.stages:
@@ -180,5 +186,6 @@ class Analysis:
                    base_histogram=dict(record["base_histogram"]), classes=dict(record["classes"]),
                    resources=dict(record["resources"]), stream_text=stream_text,
                    code_sha256=record.get("code_sha256"), code_sections=dict(record.get("code_sections") or {}),
+                   metadata=dict(record.get("metadata") or {}),
                    opaque_asm=list(record.get("opaque_asm") or []),
                    stages=dict(record.get("stages") or {}), lines=list(record.get("lines") or []))

@@ -15,6 +15,7 @@ from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell
 from xisa.compile.loader import load_kernel_function
 from xisa.compile.reads import compiling
+from xisa.compile.standins import plain
 from xisa.compile.disassemble import kept_stages, machine_code
 from xisa.compile.result import CellResult
 from xisa.errors import ToolchainError, XisaError
@@ -114,12 +115,27 @@ def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -
     analysis = handler.analyze(assembly, binary, binary_facts,
                                shared_bytes=int(getattr(compiled.metadata, "shared", 0) or 0),
                                num_warps=int(getattr(options, "num_warps", 4)), target=target)
+    analysis.metadata = launch_metadata(compiled.metadata, options)
     analysis.stages = stage_fingerprints(handler, compiled.asm, analysis,
                                          kernel=getattr(compiled.metadata, "name", None))
     sources = SourceFiles(roots)
     analysis.lines = lines.resolve(analysis.lines, path_of=sources.path_of, text_of=sources.text_of)
     analysis.locs = [sources.location(loc) for loc in analysis.locs]
     return analysis
+
+
+# Metadata fields that are not what a launch reads: Triton's cache key (it holds paths), its version (a golden's
+# toolchain), the libraries' absolute paths, the target (the cell's own).
+_NOT_LAUNCH_METADATA = frozenset({"hash", "triton_version", "extern_libs", "target"})
+
+
+def launch_metadata(metadata, options) -> dict:
+    """Triton's compiled metadata minus the options (recorded as such) and `_NOT_LAUNCH_METADATA`: what the
+    launcher takes from it besides the code object (`shared`, `global_scratch_size`, `tmem_size`, ...), whatever
+    fields the installed Triton has."""
+    fields = metadata._asdict() if hasattr(metadata, "_asdict") else dict(vars(metadata))
+    skip = _NOT_LAUNCH_METADATA | set(vars(options))
+    return {key: plain(value) for key, value in sorted(fields.items()) if key not in skip}
 
 
 class SourceFiles:

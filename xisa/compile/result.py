@@ -43,6 +43,8 @@ class CellResult(NamedByCell):
             "error": self.error,
             "sha256": analysis.sha256 if analysis else None,
             "code_sha256": analysis.code_sha256 if analysis else None,
+            "code_sections": dict(analysis.code_sections) if analysis else {},
+            "metadata": dict(analysis.metadata) if analysis else {},   # what the launcher reads beside the code
             "instructions": analysis.instructions if analysis else None,
             "histogram": dict(analysis.histogram) if analysis else {},
             "base_histogram": dict(analysis.base_histogram) if analysis else {},
