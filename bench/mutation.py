@@ -91,59 +91,29 @@ def scalar_kernel(x_ptr, y_ptr):
 ''',
 }
 
+# kernel -> (the vendor whose targets it runs on, None: all; its arguments; its options; its case)
+FP32_4096 = "{tensor: fp32, shape: [4096]}"
+INT32_1024 = "{tensor: int32, shape: [1024]}"
 SCRATCH_SPECS = {
-    "fma.yaml": '''\
-source: fma.py
-function: fma_kernel
-targets: [{targets}]
-defaults:
-  args:
-    a_ptr: {{tensor: fp32, shape: [4096]}}
-    b_ptr: {{tensor: fp32, shape: [4096]}}
-    c_ptr: {{tensor: fp32, shape: [4096]}}
-    out_ptr: {{tensor: fp32, shape: [4096]}}
-    n: 4096
-cases:
-  - name: b256
-    constexprs: {{BLOCK: 256}}
-''',
-    "table.yaml": '''\
-source: table.py
-function: table_kernel
-targets: [{nvidia}]
-defaults:
-  args:
-    x_ptr: {{tensor: int32, shape: [1024]}}
-    y_ptr: {{tensor: int32, shape: [1024]}}
-cases:
-  - name: b128
-    constexprs: {{BLOCK: 128}}
-''',
-    "amdtable.yaml": '''\
-source: amdtable.py
-function: amdtable_kernel
-targets: [{amd}]
-defaults:
-  args:
-    x_ptr: {{tensor: int32, shape: [1024]}}
-    y_ptr: {{tensor: int32, shape: [1024]}}
-cases:
-  - name: b128
-    constexprs: {{BLOCK: 128}}
-''',
-    "scalar.yaml": '''\
-source: scalar.py
-function: scalar_kernel
-targets: [{targets}]
-defaults:
-  args:
-    x_ptr: {{tensor: fp32, shape: [16]}}
-    y_ptr: {{tensor: fp32, shape: [16]}}
-  options: {{num_warps: 4}}
-cases:
-  - name: one
-''',
+    "fma": (None, {"a_ptr": FP32_4096, "b_ptr": FP32_4096, "c_ptr": FP32_4096, "out_ptr": FP32_4096, "n": "4096"},
+            "", "b256\n    constexprs: {BLOCK: 256}"),
+    "table": ("sm_", {"x_ptr": INT32_1024, "y_ptr": INT32_1024}, "", "b128\n    constexprs: {BLOCK: 128}"),
+    "amdtable": ("gfx", {"x_ptr": INT32_1024, "y_ptr": INT32_1024}, "", "b128\n    constexprs: {BLOCK: 128}"),
+    "scalar": (None, {"x_ptr": "{tensor: fp32, shape: [16]}", "y_ptr": "{tensor: fp32, shape: [16]}"},
+               "{num_warps: 4}", "one"),
 }
+
+
+def scratch_spec(kernel: str, targets: list[str]) -> str | None:
+    """The spec YAML of a scratch kernel for those of `targets` it runs on (None: none)."""
+    vendor, args, options, case = SCRATCH_SPECS[kernel]
+    chosen = [t for t in targets if vendor is None or t.startswith(vendor)]
+    if not chosen:
+        return None
+    lines = [f"source: {kernel}.py", f"function: {kernel}_kernel", f"targets: [{', '.join(chosen)}]", "defaults:",
+             "  args:", *(f"    {name}: {value}" for name, value in args.items())]
+    lines += [f"  options: {options}"] if options else []
+    return "\n".join([*lines, "cases:", f"  - name: {case}", ""])
 
 
 @dataclass(frozen=True)
@@ -171,26 +141,26 @@ def scratch_project(root: Path, targets: tuple[str, ...]) -> Path:
     kernels = root / "kernels"
     kernels.mkdir(parents=True)
     (root / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["kernels"]\n')
-    amd = [t for t in targets if t.startswith("gfx")]
-    nvidia = [t for t in targets if t.startswith("sm_")]
     for name, text in SCRATCH_KERNELS.items():
         (kernels / name).write_text(text)
-    for name, text in SCRATCH_SPECS.items():
-        if (name == "table.yaml" and not nvidia) or (name == "amdtable.yaml" and not amd):
-            continue
-        (kernels / name).write_text(text.format(targets=", ".join(targets), amd=", ".join(amd),
-                                                nvidia=", ".join(nvidia)))
+        spec = scratch_spec(Path(name).stem, list(targets))
+        if spec is not None:
+            (kernels / f"{Path(name).stem}.yaml").write_text(spec)
     return root
 
 
 def corpus_mutations() -> tuple[Mutation, ...]:
-    """One set of same-line edits per bundled kernel (the spec of each limited to its first case by `--corpus`)."""
+    """Edits of the bundled kernels, some that change code and some that cannot (`--corpus` compiles the first
+    case of gemm, kv_dequant and decode_stage1 on the selected targets)."""
     return (
-        Mutation("gemm: scales multiplied in the other order", "kernels/gemm.py",
+        Mutation("gemm: store mask n -> m", "kernels/gemm.py", "mask=mask_m[:, None] & mask_n[None, :])",
+                 "mask=mask_m[:, None] & mask_m[None, :])"),
+        Mutation("gemm: the fp8 scales' order (a branch bf16 never takes)", "kernels/gemm.py",
                  "(tl.load(scale_ptr) * tl.load(scale_ptr + 1))", "(tl.load(scale_ptr + 1) * tl.load(scale_ptr))"),
-        Mutation("gemm: a no-op multiply by 1.0", "kernels/gemm.py", "acc = tl.dot(a, b, acc)",
-                 "acc = tl.dot(a, b, acc * 1.0)"),
-        Mutation("kv_dequant: literal 256.0 -> 128.0", "kernels/kv_dequant.py", "scale * 256.0", "scale * 128.0"),
+        Mutation("kv_dequant: the scale doubled", "kernels/kv_dequant.py", ".to(tl.float32) * scale[:, None]",
+                 ".to(tl.float32) * scale[:, None] * 2.0"),
+        Mutation("decode: log2(e) literal", "kernels/decode_attention.py", "sm_scale * 1.4426950408889634",
+                 "sm_scale * 1.4426950408889600"),
         Mutation("decode: comment above a kernel", "kernels/decode_attention.py", "@triton.jit\n",
                  "# a comment\n@triton.jit\n"),
     )
