@@ -258,6 +258,10 @@ def _argument(value, kind):
             strides = [int(s) for s in value.stride()]
         except Exception:
             strides = None
+        try:   # elements from the storage's start: with the strides, where the view sits in its allocation
+            offset = int(value.storage_offset())
+        except Exception:
+            offset = None
         # Triton's AMD backend judges the pointer range from ptr_range() if the argument has one, else from
         # a torch tensor's whole storage (not the view), else not at all (no tt.pointer_range 32).
         storage = None
@@ -268,7 +272,7 @@ def _argument(value, kind):
         element = type_name[1:]
         return {"tensor": element[1:] if element.startswith("k") and element[1:] else element,
                 "torch_dtype": str(getattr(value, "dtype", "")).removeprefix("torch."), "shape": shape,
-                "strides": strides, "align": align, "storage_bytes": storage,
+                "strides": strides, "offset": offset, "align": align, "storage_bytes": storage,
                 "element_bytes": getattr(getattr(value, "dtype", None), "itemsize", None)}
     if type(value).__name__ == "TensorDescriptor" and hasattr(value, "block_shape"):   # a host-side TMA descriptor
         if getattr(value, "round_f32_to_tf32", False):

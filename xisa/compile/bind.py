@@ -83,7 +83,7 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
         kwargs[name] = constexpr_value(value, path=path, field=f"{where}.constexprs.{name}")
     options = dict(cell.options)
     config_name = ""
-    if wrappers or cell.config is not None:
+    if wrappers or cell.config is not None or cell.heuristics:
         kwargs, options, config_name = run_wrappers(cell, wrappers, kwargs, options, params)
     missing = [n for n, p in params.items() if n not in kwargs and not p.has_default]
     if missing:
