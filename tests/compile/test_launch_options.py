@@ -34,25 +34,17 @@ def plain(x_ptr, y_ptr, BLOCK: tl.constexpr):
     tl.store(y_ptr + r, x)
 """
 
+SPEC = """source: k.py
+function: {function}
+targets: [gfx942, sm_90]
+defaults: {{args: {{x_ptr: '*fp32', y_ptr: '*fp32'}}, constexprs: {{BLOCK: 64}}}}
+cases:
+{cases}"""
 SPECS = {
-    "kernels/checked.yaml": """source: k.py
-function: checked
-targets: [gfx942, sm_90]
-defaults: {args: {x_ptr: '*fp32', y_ptr: '*fp32'}, constexprs: {BLOCK: 64}}
-cases:
-  - name: jit
-  - name: nodebug
-    options: {debug: false}
-""",
-    "kernels/plain.yaml": """source: k.py
-function: plain
-targets: [gfx942, sm_90]
-defaults: {args: {x_ptr: '*fp32', y_ptr: '*fp32'}, constexprs: {BLOCK: 64}}
-cases:
-  - name: option
-    options: {debug: true}
-  - name: default
-""",
+    "kernels/checked.yaml": SPEC.format(function="checked", cases="  - name: jit\n  - name: nodebug\n"
+                                                                  "    options: {debug: false}\n"),
+    "kernels/plain.yaml": SPEC.format(function="plain", cases="  - name: option\n    options: {debug: true}\n"
+                                                              "  - name: default\n"),
 }
 
 
