@@ -124,6 +124,23 @@ def one_case_spec(name: str, where: str, targets: str = "gfx942") -> str:
     return _ONE_CASE_SPEC.format(name=name, where=where, targets=targets)
 
 
+def count_as_installed(monkeypatch, folder: Path) -> None:
+    """Make `folder` a site folder, as site-packages is (its files installed, not the project's), on sys.path;
+    undo with `monkeypatch.undo()` and `forget_installed()`."""
+    from xisa.compile import reads
+
+    environment = reads.environment_roots()
+    monkeypatch.setattr(reads, "environment_roots", lambda: (*environment, os.path.join(str(folder), "")))
+    reads.in_environment.cache_clear()
+    monkeypatch.syspath_prepend(str(folder))
+
+
+def forget_installed() -> None:
+    from xisa.compile import reads
+
+    reads.in_environment.cache_clear()
+
+
 def copy_tinyproj(dest: Path) -> Path:
     """A copy of tests/fixtures/tinyproj at `dest`: two kernels, three targets, a gfx11-only branch."""
     shutil.copytree(FIXTURES / "tinyproj", dest)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_case_spec, write_files
+from conftest import count_as_installed, forget_installed, one_case_spec, write_files
 from xisa.errors import SpecError
 
 KERNEL = """import triton
@@ -117,15 +117,10 @@ FAKE = {"fakelib/__init__.py": "", "fakelib/consts.py": "import triton.language 
 @pytest.fixture
 def installed(tmp_path, monkeypatch):
     """A site folder holding `fakelib`, counted as installed (like site-packages) and on sys.path."""
-    from xisa.compile import reads
-
     site = write_files(tmp_path / "site", FAKE)
-    environment = reads.environment_roots()
-    monkeypatch.setattr(reads, "environment_roots", lambda: (*environment, os.path.join(str(site), "")))
-    reads.in_environment.cache_clear()
-    monkeypatch.syspath_prepend(str(site))
+    count_as_installed(monkeypatch, site)
     yield site
-    reads.in_environment.cache_clear()
+    forget_installed()
 
 
 def _installed_project(root: Path, **settings) -> Path:

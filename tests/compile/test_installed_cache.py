@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_case_spec, write_files
+from conftest import count_as_installed, forget_installed, one_case_spec, write_files
 
 KERNEL = """import triton
 import triton.language as tl
@@ -63,16 +63,11 @@ def helper(scale: float = 2.0, factor: float = 1.0) -> dict[str, str]:
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     """A site folder counted as installed (like site-packages) and on sys.path, holding `fakehelper` 1.0."""
-    from xisa.compile import reads
-
     folder = tmp_path / "site"
     install(folder, "fakehelper", helper())
-    environment = reads.environment_roots()
-    monkeypatch.setattr(reads, "environment_roots", lambda: (*environment, os.path.join(str(folder), "")))
-    reads.in_environment.cache_clear()
-    monkeypatch.syspath_prepend(str(folder))
+    count_as_installed(monkeypatch, folder)
     yield folder
-    reads.in_environment.cache_clear()
+    forget_installed()
 
 
 def _project(root: Path, kernels: int = 1) -> Path:

@@ -117,6 +117,9 @@ class _Recorder:
         passed = dict(zip(names, args))
         passed.update({k: v for k, v in launch.items() if k in names})
         options = {k: _plain(v) for k, v in sorted(launch.items()) if k not in names and k != "debug"}
+        debug = _launch_debug(kernel, launch)
+        if debug is not None:
+            options = dict(sorted({**options, "debug": debug}.items()))
         described_args, specialization, constexprs = {}, {}, {}
         for param in params:
             if param.name not in passed:
@@ -179,6 +182,17 @@ class _Recorder:
             chain.append(wrapper)
             inner = wrapper
         return chain
+
+
+def _launch_debug(kernel, launch: dict):
+    """The launch's `debug` where compiling the spec would not get it by itself: JITFunction.run takes the
+    launch's option, else the jit's (`@triton.jit(debug=True)`), or TRITON_DEBUG; a compile of the case gets
+    the jit's with TRITON_DEBUG pinned off. None: the same either way."""
+    from triton import knobs
+
+    jit = getattr(kernel, "debug", None) if hasattr(kernel, "debug") else (getattr(kernel, "kwargs", None) or {}).get("debug")
+    ran = bool(launch.get("debug", jit) or knobs.runtime.debug)
+    return ran if ran != bool(jit) else None
 
 
 def _attribute_name(module, obj, preferred):
@@ -244,6 +258,10 @@ def _argument(value, kind):
             strides = [int(s) for s in value.stride()]
         except Exception:
             strides = None
+        try:   # elements from the storage's start: with the strides, where the view sits in its allocation
+            offset = int(value.storage_offset())
+        except Exception:
+            offset = None
         # Triton's AMD backend judges the pointer range from ptr_range() if the argument has one, else from
         # a torch tensor's whole storage (not the view), else not at all (no tt.pointer_range 32).
         storage = None
@@ -254,7 +272,7 @@ def _argument(value, kind):
         element = type_name[1:]
         return {"tensor": element[1:] if element.startswith("k") and element[1:] else element,
                 "torch_dtype": str(getattr(value, "dtype", "")).removeprefix("torch."), "shape": shape,
-                "strides": strides, "align": align, "storage_bytes": storage,
+                "strides": strides, "offset": offset, "align": align, "storage_bytes": storage,
                 "element_bytes": getattr(getattr(value, "dtype", None), "itemsize", None)}
     if type(value).__name__ == "TensorDescriptor" and hasattr(value, "block_shape"):   # a host-side TMA descriptor
         if getattr(value, "round_f32_to_tf32", False):

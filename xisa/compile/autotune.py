@@ -136,11 +136,33 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
                     raise BindError(f"the case sets {name} to {plain(launch[name])!r} but the kernel's heuristic "
                                     f"{name!r} computes {plain(value)!r}, which a launch applies over it", path=path,
                                     field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
+                _check_captured_heuristic(cell, name, value)
                 if name in params or name in option_fields:
                     launch[name] = value
+    computed = {name for wrapper in wrappers if not isinstance(wrapper, Autotuner) for name in wrapper.values}
+    for name in cell.heuristics:
+        if name not in computed:
+            raise BindError(f"no @triton.heuristics of {spec.function!r} computes {name!r}", path=path,
+                            field=f"{where}.heuristics.{name}",
+                            fix=f"heuristics: names what the kernel's heuristics compute ({', '.join(sorted(computed)) or 'none'})")
     kernel_kwargs = {name: value for name, value in launch.items() if name in params}
     launch_options = {name: value for name, value in launch.items() if name not in params}
     return kernel_kwargs, launch_options, config_name
+
+
+def _check_captured_heuristic(cell: Cell, name: str, value: Any) -> None:
+    """A heuristic computed again on the stand-ins must give what it gave at the captured launch: another value
+    compiles another branch of the kernel (a stride test on a contiguous stand-in of a transposed tensor)."""
+    if name not in cell.heuristics:
+        return
+    path, where = cell.kernel.spec_path, cell.field_path or "case"
+    captured = constexpr_value(cell.heuristics[name], path=path, field=f"{where}.heuristics.{name}")
+    if not _same_value(value, captured):
+        raise BindError(f"the kernel's heuristic {name!r} computes {plain(value)!r} on the case's arguments, but the "
+                        f"launch had {plain(captured)!r}: the stand-ins are not the launch's arguments", path=path,
+                        field=f"{where}.heuristics.{name}",
+                        fix="give the tensors the launch's strides, offset and storage (xisa capture writes them), "
+                            f"or drop heuristics.{name} if the kernel's heuristic changed on purpose")
 
 
 

@@ -83,7 +83,7 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
         kwargs[name] = constexpr_value(value, path=path, field=f"{where}.constexprs.{name}")
     options = dict(cell.options)
     config_name = ""
-    if wrappers or cell.config is not None:
+    if wrappers or cell.config is not None or cell.heuristics:
         kwargs, options, config_name = run_wrappers(cell, wrappers, kwargs, options, params)
     missing = [n for n, p in params.items() if n not in kwargs and not p.has_default]
     if missing:
@@ -119,10 +119,7 @@ def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, An
                             field=f"{where}.options.{name}", fix=fix)
         if name in params:
             raise BindError(f"option {name!r} shadows a kernel parameter", path=path, field=f"{where}.options.{name}")
-    # The launch adds these two to its kwargs before binding (JITFunction.run).
-    launch_kwargs = {**kwargs, **launch_options, "debug": False}
-    if "instrumentation_mode" in option_fields:  # Triton 3.7+
-        launch_kwargs["instrumentation_mode"] = ""
+    launch_kwargs = {**kwargs, **launch_options, **_run_options(fn, launch_options, option_fields)}
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     try:
         bound_args, specialization, options = binder(**launch_kwargs)
@@ -131,7 +128,54 @@ def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, An
     except (TypeError, KeyError, ValueError, AssertionError) as exc:
         raise BindError(f"Triton's binder refused the case: {type(exc).__name__}: {exc}", path=path,
                         field=where) from None
+    for name, wanted in launch_options.items():
+        _refuse_unhonoured(options, name, wanted, path=path, field=f"{where}.options.{name}")
     return BoundCell(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs, options=options, target=target)
+
+
+def _run_options(fn, launch_options: dict[str, Any], option_fields: set[str]) -> dict[str, Any]:
+    """The two options `JITFunction.run` sets before binding: `debug` is the launch's, else the jit's
+    (`@triton.jit(debug=True)`), or TRITON_DEBUG's (pinned off); `instrumentation_mode` is always
+    TRITON_INSTRUMENTATION_MODE's (pinned unset, Triton 3.7+)."""
+    from triton import knobs
+
+    chosen = {"debug": launch_options.get("debug", getattr(fn, "debug", None)) or knobs.runtime.debug}
+    if "instrumentation_mode" in option_fields:
+        chosen["instrumentation_mode"] = getattr(knobs.compilation, "instrumentation_mode", "") or ""
+    return chosen
+
+
+def _refuse_unhonoured(options, name: str, wanted: Any, *, path: str, field: str) -> None:
+    """A launch option the compile would not get as written (Triton replaces it, or takes it from elsewhere)
+    is an error: compiling the replacement silently would guard a kernel the case does not describe. A
+    value Triton only re-spells (a dict as a tuple of items) is honoured; `null` means the default."""
+    if wanted is None:
+        return
+    if name == "arch":
+        raise BindError("the architecture is the cell's target, not an option", path=path, field=field,
+                        fix="remove it, and name the target in the spec's `targets:` or an override")
+    got = getattr(options, name, None)
+    if plain(got) == plain(wanted) or _respelled(options, name, wanted, got):
+        return
+    why = ("it comes from TRITON_INSTRUMENTATION_MODE at a launch, which xisa pins unset"
+           if name == "instrumentation_mode" else f"Triton's options for this target make it {plain(got)!r}")
+    raise BindError(f"a launch would not compile with {name}={plain(wanted)!r}: {why}", path=path, field=field,
+                    fix=f"remove {name} from the options (or give the value a launch compiles with)")
+
+
+def _respelled(options, name: str, wanted: Any, got: Any) -> bool:
+    """True when the options dataclass turns `wanted` into `got` by itself, without a warning (a re-spelling,
+    not gfx950's `kpack` overwritten to 1)."""
+    import dataclasses
+    import warnings
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            again = getattr(dataclasses.replace(options, **{name: wanted}), name)
+    except Exception:
+        return False
+    return not caught and plain(again) == plain(got)
 
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xisa.errors import SpecError
+from xisa.spec.views import contiguous_strides, offset_alignment, span_elements
 
 TWO_GIB = 2**31 - 1  # the AMD backend's bound for tt.pointer_range 32
 
@@ -58,16 +59,30 @@ class StandInTensor:
 
     _BASE_ADDRESS = 1 << 32  # any 256-byte aligned address
 
-    def __init__(self, dtype, shape: tuple[int, ...], align: int, nbytes: int, strides: tuple[int, ...] | None = None):
+    def __init__(self, dtype, shape: tuple[int, ...], align: int, nbytes: int, strides: tuple[int, ...] | None = None,
+                 offset: int = 0):
         self.dtype = dtype
         self.shape = shape
         self.strides = strides if strides is not None else contiguous_strides(shape)
         self._align = align
         self._nbytes = nbytes
+        self._offset = offset
 
     def data_ptr(self) -> int:
-        # An address that is a multiple of `align` but of no larger power of two up to 16.
+        # The view's address: `offset` elements into a 256-byte aligned storage, else an address that is a
+        # multiple of `align` but of no larger power of two up to 16.
+        if self._offset:
+            return self._BASE_ADDRESS + self._offset * self.dtype.itemsize
         return self._BASE_ADDRESS + (self._align if self._align < 16 else 0)
+
+    def storage_offset(self) -> int:
+        return self._offset
+
+    def untyped_storage(self) -> "_Storage":   # what a heuristic (and Triton's AMD backend) asks of the allocation
+        return _Storage(self._nbytes)
+
+    def is_contiguous(self) -> bool:
+        return tuple(self.strides) == contiguous_strides(self.shape)
 
     def ptr_range(self) -> int:
         # Triton's AMD backend judges a torch tensor by `untyped_storage().size()`: the whole allocation in bytes.
@@ -94,13 +109,17 @@ class StandInTensor:
                 f"align={self._align}, nbytes={self._nbytes})")
 
 
-def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
-    """The strides, in elements, torch gives a contiguous tensor of `shape` (a size-1 dim's stride included)."""
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
+@dataclass(frozen=True)
+class _Storage:
+    """A stand-in's allocation, as torch's `untyped_storage()` answers for it: its size in bytes."""
+
+    bytes_: int
+
+    def size(self) -> int:
+        return self.bytes_
+
+    def nbytes(self) -> int:
+        return self.bytes_
 
 
 def _int_list(value: Any, *, path: str, field: str, minimum: int, what: str) -> list[int]:
@@ -172,14 +191,6 @@ def _storage_bytes(value: Any, itemsize: int, *, path: str, field: str) -> int:
                     fix="e.g. storage: 4294967296, or storage: {elements: 2147483648}")
 
 
-def _offset_alignment(offset_bytes: int) -> int:
-    """The largest of 1, 2, 4, 8, 16 dividing a view's byte offset from its (256-byte aligned) storage."""
-    align = 16
-    while offset_bytes % align:
-        align //= 2
-    return align
-
-
 def make_tensor(value: dict, *, path: str, field: str) -> StandInTensor:
     """A `{tensor: ...}` spec value -> its stand-in: a view (`shape`, `strides`, `offset` in elements) of a storage
     (`storage`, default: just what the view spans) that Triton judges for `large`."""
@@ -207,14 +218,14 @@ def make_tensor(value: dict, *, path: str, field: str) -> StandInTensor:
     if align is not None and align not in (1, 2, 4, 8, 16):
         raise SpecError(f"align {align!r} must be 1, 2, 4, 8 or 16", path=path, field=f"{field}.align")
     if "offset" in value:
-        derived = _offset_alignment(offset * itemsize)
+        derived = offset_alignment(offset * itemsize)
         if align is not None and align != derived:
             raise SpecError(f"align {align} contradicts offset {offset} ({offset * itemsize} bytes: aligned to "
                             f"{derived})", path=path, field=f"{field}.align", fix="drop align: the offset decides it")
         align = derived
     align = 16 if align is None else align
     view_strides = tuple(strides) if strides is not None else contiguous_strides(shape)
-    span = 1 + sum((size - 1) * stride for size, stride in zip(shape, view_strides))
+    span = span_elements(shape, view_strides)
     needed = (offset + span) * itemsize
     nbytes = needed
     if "storage" in value:
@@ -234,7 +245,7 @@ def make_tensor(value: dict, *, path: str, field: str) -> StandInTensor:
                         field=f"{field}.large", fix="drop `large: false` or shrink the shape")
     if large:
         nbytes = max(nbytes, TWO_GIB + 1)
-    return StandInTensor(dtype, tuple(shape), align, nbytes, view_strides)
+    return StandInTensor(dtype, tuple(shape), align, nbytes, view_strides, offset)
 
 
 def make_standin(value: Any, *, path: str, field: str) -> Any:

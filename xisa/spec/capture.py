@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from xisa.names import KERNEL_NAME
+from xisa.spec.views import contiguous_strides, offset_alignment, span_elements
 
 TWO_GIB = 2**31 - 1   # the AMD backend's bound for tt.pointer_range 32, judged on the whole storage
 # Target globs of a backend's options: an option only one backend knows goes under that vendor's override.
@@ -111,20 +112,24 @@ def _flow(value: Any) -> str:
 
 
 def _tensor(arg: dict, dtype_names: set[str]) -> tuple[dict, list[str]]:
-    """A captured tensor as a spec stand-in and the comments that go with it."""
+    """A captured tensor as a spec stand-in and the comments that go with it: its strides, offset and storage
+    where they differ from a contiguous view of just its elements (a heuristic or an int derived from the
+    tensor reads them: `x.stride(1) == 1`)."""
     dtype = arg["tensor"] if arg["tensor"] in dtype_names else arg.get("torch_dtype") or arg["tensor"]
     shape = [int(s) for s in arg.get("shape") or []]
     element = arg.get("element_bytes") or 1
     storage = arg.get("storage_bytes")
     notes = []
+    if not shape or any(s <= 0 for s in shape):
+        shape = [max(1, (storage or element) // element)]
+        notes.append("an empty or 0-d view: shape from its storage")
+    elif storage and arg.get("strides") is not None and len(arg["strides"]) == len(shape):
+        return _view(arg, dtype, shape, element, storage), notes
+    stand_in: dict[str, Any] = {"tensor": dtype, "shape": shape}
     if arg.get("strides") is not None:
         notes.append(f"strides {arg['strides']}")
     if storage is not None:
         notes.append(f"storage {storage} bytes")
-    if not shape or any(s <= 0 for s in shape):
-        shape = [max(1, (storage or element) // element)]
-        notes.append("an empty or 0-d view: shape from its storage")
-    stand_in: dict[str, Any] = {"tensor": dtype, "shape": shape}
     if arg.get("align", 16) != 16:
         stand_in["align"] = arg["align"]
     view_bytes = element
@@ -141,6 +146,27 @@ def _tensor(arg: dict, dtype_names: set[str]) -> tuple[dict, list[str]]:
         stand_in["shape"] = [max(1, storage // element)]
         notes.append(f"a view of shape {shape} over a smaller storage: shape from the storage")
     return stand_in, notes
+
+
+def _view(arg: dict, dtype: str, shape: list[int], element: int, storage: int) -> dict[str, Any]:
+    """A tensor whose strides and storage are known: each of `strides`, `offset`, `storage` written where it is
+    not the default (contiguous, 0, what the view spans), so the stand-in answers `stride()`, `data_ptr()`'s
+    alignment and Triton's 2 GiB test as the launch's tensor did."""
+    strides = [int(s) for s in arg["strides"]]
+    offset = int(arg.get("offset") or 0)
+    stand_in: dict[str, Any] = {"tensor": dtype, "shape": shape}
+    if strides != list(contiguous_strides(shape)):
+        stand_in["strides"] = strides
+    align = arg.get("align", 16)
+    if offset and offset_alignment(offset * element) == align:
+        stand_in["offset"] = offset            # it decides the alignment, as the launch's address had it
+    else:
+        offset = 0
+        if align != 16:
+            stand_in["align"] = align          # an allocation not 16-byte aligned, or no offset known
+    if storage != (offset + span_elements(shape, strides)) * element:
+        stand_in["storage"] = storage
+    return stand_in
 
 
 def _value(arg: dict) -> tuple[Any, list[str]]:
@@ -207,8 +233,8 @@ def render_spec(kernel: CapturedKernel, *, spec_dir: Path, project_root: Path, c
             lines.append(f"    # first launched in {launch['test']}")
         if launch.get("warmup"):
             lines.append("    # a warm-up compile (kernel.warmup / warmup=True), not a launch")
-        if launch.get("heuristics"):
-            lines.append(f"    # the heuristics gave {_flow(launch['heuristics'])} (evaluated again when this case compiles)")
+        if launch.get("heuristics"):   # computed again when the case compiles: another value is an error
+            lines.append(f"    heuristics: {_flow(launch['heuristics'])}")
         args = launch.get("args") or {}
         if args:
             lines.append("    args:")

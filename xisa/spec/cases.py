@@ -22,9 +22,9 @@ from xisa.yamlio import load_yaml
 
 _FILE_KEYS = {"name", "source", "module", "function", "targets", "defaults", "cases", "description"}
 _CASE_KEYS = {"name", "args", "constexprs", "options", "targets", "overrides", "matrix", "expect", "description", "runtime",
-              "config"}
-_LAYER_KEYS = {"args", "constexprs", "options", "targets", "expect", "runtime", "config"}
-_DEFAULT_KEYS = {"args", "constexprs", "options", "expect", "overrides", "runtime", "config"}
+              "config", "heuristics"}
+_LAYER_KEYS = {"args", "constexprs", "options", "targets", "expect", "runtime", "config", "heuristics"}
+_DEFAULT_KEYS = {"args", "constexprs", "options", "expect", "overrides", "runtime", "config", "heuristics"}
 # `config: all` expands a case into one case per autotuner config, named `<case>-config<i>`.
 CONFIG_ALL = "all"
 CONFIG_FIX = "config: 0 (an index into the autotuner's configs), a mapping such as {BLOCK_M: 64, num_warps: 4}, or all"
@@ -73,6 +73,9 @@ class Cell:
     field_path: str = field(default="")
     runtime: str | None = None     # a function of the kernel module that launches and checks this case
     config: int | dict | None = None   # the autotuner config the case picks: an index or a mapping of its values
+    # What the kernel's @triton.heuristics gave at a captured launch: compiling the case computes them again,
+    # and another value is an error (the stand-ins are not the launch's arguments).
+    heuristics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> CellKey:
@@ -120,7 +123,7 @@ def _check_keys(data: dict, allowed: set[str], path: str, fieldname: str) -> Non
 def _check_layer(layer: dict, path: str, fieldname: str, allowed: set[str] = _LAYER_KEYS) -> dict:
     layer = _mapping(layer, path, fieldname)
     _check_keys(layer, allowed, path, fieldname)
-    for key in ("args", "constexprs", "options"):
+    for key in ("args", "constexprs", "options", "heuristics"):
         if key in layer:
             _mapping(layer[key], path, f"{fieldname}.{key}")
     if "expect" in layer:
@@ -286,13 +289,13 @@ def _expand_matrix(raw: Any, path: str, fieldname: str, *, budget: int) -> list[
 
 
 def _merge(layers: list[dict]) -> dict[str, Any]:
-    merged: dict[str, Any] = {"args": {}, "constexprs": {}, "options": {}, "expect": {}, "runtime": None,
-                              "config": None}
+    merged: dict[str, Any] = {"args": {}, "constexprs": {}, "options": {}, "heuristics": {}, "expect": {},
+                              "runtime": None, "config": None}
     for layer in layers:
         for key in ("runtime", "config"):
             if key in layer:
                 merged[key] = copy.deepcopy(layer[key])
-        for key in ("args", "constexprs", "options"):
+        for key in ("args", "constexprs", "options", "heuristics"):
             merged[key].update(copy.deepcopy(layer.get(key) or {}))
         for pattern, checks in layer.get("expect") or ():
             merged["expect"].setdefault(pattern, {}).update((check.key, check) for check in checks)
@@ -311,7 +314,7 @@ def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
                                   path=spec.spec_path, field=case.field_path)
     return Cell(kernel=spec, case=case.name, target=target, args=merged["args"], constexprs=merged["constexprs"],
                 options=merged["options"], expect=merged["expect"], field_path=case.field_path,
-                runtime=merged["runtime"], config=merged["config"])
+                runtime=merged["runtime"], config=merged["config"], heuristics=merged["heuristics"])
 
 
 def build_cells(specs: list[KernelSpec], targets: list[Target], *, kernel_filters: list[str] | None = None) -> list[Cell]:
