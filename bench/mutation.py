@@ -80,6 +80,33 @@ def amdtable_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
         "=v,v", [x], dtype=tl.int32, is_pure=True, pack=1)
     tl.store(y_ptr + offsets, y)
 ''',
+    "assertk.py": '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def assertk_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets)
+    tl.device_assert(x < 100.0, "x out of range")
+    tl.store(y_ptr + offsets, x * 2.0)
+''',
+    "strided.py": '''\
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"CONTIG": lambda args: args["x_ptr"].stride(1) == 1})
+@triton.jit
+def strided_kernel(x_ptr, y_ptr, stride_row, stride_col, CONTIG: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    if CONTIG:
+        x = tl.load(x_ptr + r[:, None] * stride_row + r[None, :])
+    else:
+        x = tl.load(x_ptr + r[:, None] * stride_row + r[None, :] * stride_col)
+    tl.store(y_ptr + r[:, None] * BLOCK + r[None, :], x)
+''',
     "scalar.py": '''\
 import triton
 import triton.language as tl
@@ -99,6 +126,9 @@ SCRATCH_SPECS = {
             "", "b256\n    constexprs: {BLOCK: 256}"),
     "table": ("sm_", {"x_ptr": INT32_1024, "y_ptr": INT32_1024}, "", "b128\n    constexprs: {BLOCK: 128}"),
     "amdtable": ("gfx", {"x_ptr": INT32_1024, "y_ptr": INT32_1024}, "", "b128\n    constexprs: {BLOCK: 128}"),
+    "assertk": (None, {"x_ptr": FP32_4096, "y_ptr": FP32_4096}, "{debug: true}", "b256\n    constexprs: {BLOCK: 256}"),
+    "strided": (None, {"x_ptr": "{tensor: fp32, shape: [64, 64], strides: [64, 1]}", "y_ptr": FP32_4096,
+                       "stride_row": "64", "stride_col": "3"}, "", "b64\n    constexprs: {BLOCK: 64}"),
     "scalar": (None, {"x_ptr": "{tensor: fp32, shape: [16]}", "y_ptr": "{tensor: fp32, shape: [16]}"},
                "{num_warps: 4}", "one"),
 }
@@ -131,6 +161,9 @@ SCRATCH_MUTATIONS = (
     Mutation("comment above the kernel", "kernels/fma.py", "@triton.jit\n", "# a comment\n@triton.jit\n"),
     Mutation("constant table {1,2,3,4} -> {5,6,7,8}", "kernels/table.py", "{1,2,3,4}", "{5,6,7,8}"),
     Mutation("data section .long 1,2,3,4 -> 5,6,7,8", "kernels/amdtable.py", ".long 1, 2, 3, 4", ".long 5, 6, 7, 8"),
+    Mutation("assert bound 100.0 -> 200.0 (debug: true)", "kernels/assertk.py", "x < 100.0", "x < 200.0"),
+    Mutation("a transposed view: the heuristic's other branch", "kernels/strided.yaml", "strides: [64, 1]}",
+             "strides: [1, 64]}"),
     Mutation("launch option num_warps 4 -> 8", "kernels/scalar.yaml", "num_warps: 4", "num_warps: 8"),
     Mutation("literal 3.0 -> 3.5", "kernels/scalar.py", "* 3.0", "* 3.5"),
 )
@@ -213,42 +246,46 @@ class Row:
     cell: str
     sections: list[str]     # changed outside debug information; empty: the code object is the same
     warm: str
-    cold: str
+    cold: str               # `-`: not run (a focused run's cell outside the mutated file)
 
     @property
     def agrees(self) -> bool:
         expected = "changed" if self.sections else "same"
-        return self.warm == expected and self.cold == expected
+        return self.warm == expected and self.cold in (expected, "-")
 
 
 def run_mutations(project: Path, mutations: tuple[Mutation, ...], selection: list[str], work: Path, *,
                   focus: bool = False) -> list[Row]:
-    """Bless `project` (a copy), then each mutation on a fresh copy of the blessed tree: the rows of the table.
-    `focus`: the cold check and the code objects only for the kernel named by the mutated file's stem (the warm
-    check still judges every cell), for a quicker run where each file holds one kernel."""
+    """Bless a copy of `project`, then apply each mutation to that same tree in turn (as a pull request edits a
+    checkout: some kernels, a debug assert's message among them, carry their file's path) and undo it after:
+    the rows of the table. `focus`: the cold check and the code objects only for the kernel named by the
+    mutated file's stem, for a quicker run where each file holds one kernel; every other cell, whose files the
+    mutation did not touch, is judged by the warm check alone (cold: `-`)."""
     cache = work / "cache"
-    base = work / "base"
-    shutil.copytree(project, base)
-    blessed = xisa(base, cache, "bless", *selection)
+    tree = work / "tree"
+    shutil.copytree(project, tree)
+    blessed = xisa(tree, cache, "bless", *selection)
     if blessed.returncode != 0:
         raise SystemExit(f"xisa bless failed (exit {blessed.returncode}): {blessed.stderr.strip()[-400:]}")
-    original = emit(base, cache, work / "emit-base", selection)
+    original = emit(tree, cache, work / "emit-base", selection)
     rows = []
     for number, mutation in enumerate(mutations):
-        tree = work / f"m{number}"
-        shutil.copytree(base, tree)
         path = tree / mutation.file
         text = path.read_text()
         if mutation.old not in text:
             raise SystemExit(f"mutation {mutation.name!r}: {mutation.old!r} is not in {mutation.file}")
         path.write_text(text.replace(mutation.old, mutation.new, 1))
-        warm = verdicts(xisa(tree, cache, "check", "--format", "json", *selection))
-        cold_selection = [*selection, "--kernel", Path(mutation.file).stem] if focus else selection
-        cold = verdicts(xisa(tree, work / f"cold{number}", "check", "--no-cache", "--format", "json", *cold_selection))
-        mutated = emit(tree, work / f"cold{number}", work / f"emit{number}", cold_selection)
+        try:
+            warm = verdicts(xisa(tree, cache, "check", "--format", "json", *selection))
+            cold_selection = [*selection, "--kernel", Path(mutation.file).stem] if focus else selection
+            cold = verdicts(xisa(tree, work / f"cold{number}", "check", "--no-cache", "--format", "json",
+                                 *cold_selection))
+            mutated = emit(tree, work / f"cold{number}", work / f"emit{number}", cold_selection)
+        finally:
+            path.write_text(text)
         for cell in sorted(original):
-            if cell not in mutated and focus:   # outside the focus: the warm check's verdict alone
-                rows.append(Row(mutation.name, cell, [], warm.get(cell, "?"), "same"))
+            if cell not in mutated and focus:
+                rows.append(Row(mutation.name, cell, [], warm.get(cell, "?"), "-"))
                 continue
             sections = changed_sections(original[cell], mutated[cell]) if cell in mutated else ["(no code object)"]
             rows.append(Row(mutation.name, cell, sections, warm.get(cell, "?"), cold.get(cell, "?")))

@@ -159,3 +159,27 @@ def test_a_moved_checkout_changes_debug_information_only_on_every_target(run_xis
         assert moved_cells[target]["code_sha256"] == first_cells[target]["code_sha256"]
     # the mask is not vacuous: the line information did move on the targets that keep it in the code object
     assert any(first[t] != second[t] for t in first)
+
+
+DEBUG_KERNEL = KERNEL.replace("    tl.store(", "    tl.device_assert(x < 100.0, \"x out of range\")\n    tl.store(")
+
+
+def test_a_debug_kernel_names_its_source_path_in_its_data_so_a_move_is_a_change(run_xisa, tmp_path):
+    """`tl.device_assert` under `debug: true` puts the message, the source file's absolute path and the line into
+    the code object's data: another checkout is another code object, and xisa says so instead of masking it."""
+    def project(root: Path) -> Path:
+        _project(root)
+        (root / "kernels" / "moved.py").write_text(DEBUG_KERNEL)
+        spec = root / "kernels" / "moved.yaml"
+        spec.write_text(spec.read_text().replace("targets: ['*']", "targets: [gfx942, sm_90]")
+                        .replace("    n: 4096\n", "    n: 4096\n  options: {debug: true}\n"))
+        return root
+
+    first_cells, first = _emitted(run_xisa, project(tmp_path / "a"), tmp_path / "cache-a")
+    second_cells, second = _emitted(run_xisa, project(tmp_path / "b-elsewhere"), tmp_path / "cache-b")
+    for target in ("gfx942", "sm_90"):
+        assert str(tmp_path / "a" / "kernels" / "moved.py").encode() in first[target]
+        assert second_cells[target]["code_sha256"] != first_cells[target]["code_sha256"]
+        digests_a = codeobject.short_digests(codeobject.section_digests(first[target]))
+        digests_b = codeobject.short_digests(codeobject.section_digests(second[target]))
+        assert set(codeobject.changed_sections(digests_a, digests_b)) & {".rodata", ".nv.global.init"}
