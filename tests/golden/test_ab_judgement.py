@@ -7,6 +7,7 @@ import hashlib
 from xisa.analyze.model import Analysis
 from xisa.compile.result import CellResult
 from xisa.golden.ab import Side, judge_ab, largest_resource_changes, target_summaries
+from xisa.golden.report_json import ab_payload
 from xisa.golden.store import golden_paths, render_golden, write_golden
 
 
@@ -59,7 +60,7 @@ def test_changes_are_counted_per_target_and_the_largest_listed_first(tmp_path):
     assert summaries["gfx942"].instructions == (2, 3)
     assert summaries["gfx942"].resources == {"vgprs": (1, 1, 4)}
     assert largest_resource_changes(report) == [("k:x@gfx942", "vgprs", 8, 16), ("k:y@gfx942", "vgprs", 8, 4)]
-    assert report.to_json()["sides"]["b"] == {"label": "B", "kind": "python", "python": "/v/bin/python",
+    assert ab_payload(report)["sides"]["b"] == {"label": "B", "kind": "python", "python": "/v/bin/python",
                                               "knobs": {}, "toolchain": {"triton": "3.9.0"}, "golden": None}
 
 
@@ -71,4 +72,4 @@ def test_first_changed_stage_is_the_earliest_stage_whose_fingerprint_differs(tmp
     b.analysis.stages = {stage: digit * 64 for stage, digit in zip(("ttir", "ttgir", "llir", "amdgcn"), "1298")}
     report = _judge(tmp_path / "both", [a], [b])
     assert report.verdicts[0].stages.first == "llir"
-    assert report.to_json()["cells"][0]["first_changed_stage"] == "llir"
+    assert ab_payload(report)["cells"][0]["first_changed_stage"] == "llir"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from xisa.compile.result import CellResult
 from xisa.golden.verdict import (CHANGED, ERROR, JSON_SCHEMA_VERSION, NEW, RESOURCE_DELTA_KEYS, SAME, UNUSED,
@@ -63,20 +63,12 @@ class Side:
 class AbReport(CheckReport):
     """A check report whose `base` side is A and `head` side B, with the two sides described."""
 
+    kind: ClassVar[str] = "ab"
     sides: list[Side] = field(default_factory=list)
 
     @property
     def isolation_violations(self) -> list[CellVerdict]:
         return []      # an A/B has no scope: a changed cell is its finding (exit 1), not an isolation breach
-
-    def to_json(self) -> dict[str, Any]:
-        cells = [verdict.to_json() for verdict in self.verdicts]   # each with its first changed stage
-        return {
-            "schema": JSON_SCHEMA_VERSION, "kind": "ab", "exit_code": self.exit_code, "counts": self.counts(),
-            "problems": list(self.problems), "sides": {side.label.lower(): side.to_json() for side in self.sides},
-            "selection": self.selection, "targets": [summary.to_json() for summary in target_summaries(self)],
-            "cells": cells,
-        }
 
 
 def judge_ab(b_results: list[CellResult], *, a_golden_dir: Path, a_errors: dict[str, str], a_is_goldens: bool,

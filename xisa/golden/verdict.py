@@ -9,7 +9,7 @@ import enum
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from xisa.analyze import ANALYZER_VERSION
 from xisa.analyze.backends import COMPARED_RESOURCES, backend_of_isa
@@ -142,15 +142,6 @@ class Delta:
     def binding_changed(self) -> bool:
         return bool(self.binding)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"instructions": list(self.instructions),
-                "histogram": [{"mnemonic": m, "base": b, "head": h} for m, b, h in self.histogram],
-                "resources": {k: list(v) for k, v in self.resources.items()},
-                "binding_changed": self.binding_changed,
-                "binding": [{"field": k, "base": b, "head": h} for k, b, h in self.binding],
-                "loops": [change.to_json() for change in self.loops],
-                "fields": list(self.fields), "code_sections": list(self.code_sections)}
-
 
 @dataclass
 class CellVerdict(NamedByCell):
@@ -188,34 +179,12 @@ class CellVerdict(NamedByCell):
         """The head's `Launch` (whether a workgroup fits the target), None where nothing compiled."""
         return self.head.launch if self.head is not None else None
 
-    def to_json(self) -> dict[str, Any]:
-        head = self.head.analysis if self.head and self.head.analysis else None
-        base = self.base.data if self.base else None
-        return {
-            "kernel": self.kernel, "case": self.case, "target": self.target, "verdict": self.verdict,
-            "in_scope": self.in_scope, "message": self.message, "golden": self.golden_file,
-            "head_sha256": head.sha256 if head else None, "base_sha256": base["sha256"] if base else None,
-            "head_code_sha256": head.code_sha256 if head else None,
-            "base_code_sha256": base.get("code_sha256") if base else None,
-            "head_instructions": head.instructions if head else None,
-            "base_instructions": base["instructions"] if base else None,
-            "head_resources": dict(head.resources) if head else None,
-            "base_resources": dict(base["resources"]) if base else None,
-            "delta": self.delta.to_json() if self.delta else None,
-            "expectations": [str(f) for f in self.expectations],
-            "launch": self.launch.to_json() if self.launch else None,
-            "cached": self.head.cached if self.head else None,
-            "head_stages": dict(head.stages) if head else None,
-            "base_stages": dict(base.get("stages") or {}) if base else None,
-            "first_changed_stage": self.stages.first if self.stages else None,
-            "stage_note": self.stages.phrase() if self.stages else None,
-            # the changed cell's instruction changes per source line, edited first; null: a side has no table
-            "line_changes": [c.to_json() for c in self.lines] if self.lines is not None else None,
-        }
-
 
 @dataclass
 class CheckReport:
+    """Every cell's verdict and what the run was judged against; its JSON is `xisa.golden.report_json`'s."""
+
+    kind: ClassVar[str] = "check"              # the report's kind: its JSON's `kind`, its renderers' key
     verdicts: list[CellVerdict]
     toolchain: dict[str, str]
     golden_toolchains: dict[str, list[str]]     # triton version -> golden files made with it
@@ -243,18 +212,6 @@ class CheckReport:
         for v in self.verdicts:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
         return dict(sorted(counts.items()))
-
-    def to_json(self) -> dict[str, Any]:
-
-        return {
-            "schema": JSON_SCHEMA_VERSION, "kind": "check", "toolchain": self.toolchain, "scopes": self.scopes,
-            "shard": list(self.shard) if self.shard else None, "selection": self.selection,
-            "exit_code": self.exit_code, "counts": self.counts(), "problems": list(self.problems),
-            "isolation_violated": [v.id for v in self.isolation_violations],
-            "cells": [v.to_json() for v in self.verdicts],
-            **({"base": self.base, "stale_goldens": [v.to_json() for v in self.stale_goldens]}
-               if self.base is not None else {}),
-        }
 
 
 def compute_delta(base: dict[str, Any], head_result: CellResult) -> Delta:
