@@ -245,7 +245,8 @@ def test_cells_and_results_spell_their_id_through_the_cell_key(tmp_path, targets
 
 def test_every_target_family_has_one_table_entry_that_the_reports_read():
     from xisa.analyze.backends import BACKENDS, RESOURCE_ORDER, backend, backend_of_isa
-    from xisa.render.formats import CHECK_COLUMNS, COMPILE_COLUMNS
+    from xisa.render.compiled import COMPILE_COLUMNS
+    from xisa.render.review import CHECK_COLUMNS
 
     known = load_targets([REPO / "targets"])
     assert {t.backend for t in known.values()} == {b.name for b in BACKENDS}

@@ -37,7 +37,7 @@ def judge(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, scopes: 
 
 def bless_commands(report: CheckReport, ws: Workspace, selection: Selection) -> list[str]:
     """The `xisa bless` commands that accept what this check found changed, new or unused."""
-    from xisa.render.formats import accept_commands
+    from xisa.render.review import accept_commands
 
     return accept_commands(report, kernel_filters=selection.kernel, extra_args=selection.location_args(),
                            kernels={s.name for s in ws.specs})

@@ -16,7 +16,8 @@ from xisa.cli.options import (ArchOption, JobsOption, KernelOption, LockTimeoutO
                               SpecOption, TimeoutOption, print_failure_lines, run_options, stderr, stdout)
 from xisa.golden.verdict import CheckReport
 from xisa.render.progress import progress_reporter
-from xisa.render.formats import error_block, render_check_text
+from xisa.render.formats import error_block
+from xisa.render.review import render_check_text
 from xisa.render.reports import render_report
 
 
@@ -112,7 +113,7 @@ def bless(
     else:
         out.print(f"{len(outcome.written)} written, {len(outcome.unchanged)} unchanged, {len(outcome.removed)} removed")
     if blessed.upgrade is not None:   # goldens of another toolchain rewritten: say what changed, for the commit
-        from xisa.render.formats import upgrade_commit_message
+        from xisa.render.review import upgrade_commit_message
 
         out.print("\nsuggested commit message:\n", markup=False)
         out.print(upgrade_commit_message(blessed.upgrade), markup=False, highlight=False, soft_wrap=True)

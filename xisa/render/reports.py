@@ -15,7 +15,7 @@ from rich.console import Console
 from xisa.golden.ab import AbReport
 from xisa.golden.report_json import report_text
 from xisa.golden.verdict import CheckReport
-from xisa.render.formats import render_check_text, render_junit, render_markdown
+from xisa.render.review import render_check_text, render_junit, render_markdown
 
 Renderer = Callable[..., str]     # (report, *, counts, title, quiet, accept) -> text
 
