@@ -12,12 +12,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from xisa.analyze.backends import AMD, BACKENDS
-from xisa.names import display_path
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, XisaError
 from xisa.compile.mca import doctor_facts
+from xisa.golden.store import scan_golden_toolchains
 from xisa.compile.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON,
                             amd_codegen_revision, parse_version, pinned_overrides, ptxas_version, refused_variables,
                             unclassified_variables, wheel_tool)
@@ -81,35 +79,6 @@ def _wheel_tool(name: str, env) -> dict[str, Any]:
         note = "from the Triton wheel"
     found = bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
     return {"found": found, "path": path, "note": note if found else f"not executable ({note})"}
-
-
-def scan_golden_toolchains(golden_dir: Path, *, display_root: Path | None = None) -> dict[str, Any]:
-    """Count the goldens per Triton version (and AMD codegen revision, ptxas version) from their `toolchain`."""
-    triton: dict[str, int] = {}
-    codegen: dict[str, int] = {}
-    ptxas: dict[str, int] = {}
-    unreadable: list[str] = []
-    files = sorted(golden_dir.glob("**/*.yaml")) if golden_dir.is_dir() else []
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    def show(path: Path) -> str:
-        return display_path(path, display_root or golden_dir.parent)
-
-    for path in files:
-        try:
-            data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
-            chain = data.get("toolchain") if isinstance(data, dict) else None
-            if not isinstance(chain, dict) or "triton" not in chain:
-                raise ValueError("no toolchain")
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
-            unreadable.append(show(path))
-            continue
-        for counter, key in ((triton, "triton"), (codegen, "amd_codegen"), (ptxas, "ptxas")):
-            if chain.get(key) is not None:
-                counter[str(chain[key])] = counter.get(str(chain[key]), 0) + 1
-    return {"dir": show(golden_dir), "files": len(files), "triton": dict(sorted(triton.items())),
-            "amd_codegen": dict(sorted(codegen.items())), "ptxas": dict(sorted(ptxas.items())),
-            "unreadable": unreadable}
 
 
 def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, torch_module: Any = None,

@@ -16,7 +16,8 @@ from xisa.analyze.model import Analysis
 from xisa.compile.result import CellResult
 from xisa.golden.ab import AbReport, Side
 from xisa.golden.report_json import ab_payload, check_payload, report_payload
-from xisa.golden.store import Golden, render_golden
+from xisa.golden.record import Golden
+from xisa.golden.store import render_golden
 from xisa.golden.verdict import CHANGED, CellVerdict, CheckReport, compute_delta
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json-schema.md"

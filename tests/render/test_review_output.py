@@ -13,7 +13,7 @@ from rich.console import Console
 
 from conftest import gfx11_branch_change
 from xisa.analyze.model import Analysis
-from xisa.golden.store import Golden
+from xisa.golden.record import Golden
 from xisa.render.compiled import render_compile_table
 from xisa.render.formats import error_block
 from xisa.render.review import accept_commands, render_check_text, summary_line

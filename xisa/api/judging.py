@@ -10,6 +10,7 @@ from typing import Any
 from xisa.api.run import Run
 from xisa.api.selection import Selection
 from xisa.api.workspace import Workspace
+from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import CheckReport, build_report
 
 
@@ -29,8 +30,9 @@ def judge(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, scopes: 
           golden_dir: Path | None = None, display_root: Path | None = None, shard: tuple[int, int] | None = None,
           selection: dict[str, Any] | None = None) -> CheckReport:
     """The run's cells against goldens (this tree's unless `golden_dir` names others)."""
-    return build_report(run.results, run.failures, golden_dir=golden_dir or ws.project.golden_dir,
-                        display_root=display_root or ws.project.root, selected_targets={t.name for t in run.targets},
+    goldens = GoldenSet.for_results(golden_dir or ws.project.golden_dir, run.results,
+                                    display_root=display_root or ws.project.root)
+    return build_report(run.results, run.failures, goldens=goldens, selected_targets={t.name for t in run.targets},
                         kernel_filters=kernel_filters, scopes=scopes or [], toolchain=run.toolchain(), shard=shard,
                         selection=selection)
 

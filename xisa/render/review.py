@@ -15,6 +15,7 @@ from xisa.analyze.backends import AMD, NVIDIA
 from xisa.analyze.expect import measure
 from xisa.analyze.stages import RECORD_COMMAND
 from xisa.golden.ab import largest_resource_changes, target_summaries
+from xisa.golden.store import golden_files
 from xisa.golden.verdict import Verdict
 from xisa.render.formats import NO_ANALYSIS_ISA, arrow, error_block, fitted_table, plural
 
@@ -125,7 +126,7 @@ def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_ar
                 words += ["--kernel", name]
         commands.append(shlex.join(words))
     if removals:
-        commands.append(shlex.join(["rm", "-f", *(p for path in removals for p in (path, path[:-len(".yaml")] + ".isa"))]))
+        commands.append(shlex.join(["rm", "-f", *(p for path in removals for p in golden_files(path))]))
     return commands
 
 
