@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import FIXTURES, REPO, copy_tinyproj, xisa_process
+from support import FIXTURES, REPO, copy_tinyproj, xisa_process
 import xisa.cli
 import xisa.compile.toolchain
 from xisa.golden import bless as bless_module

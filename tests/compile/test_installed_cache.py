@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_case_spec, write_files
+from support import one_case_spec, write_files
 
 KERNEL = """import triton
 import triton.language as tl

@@ -14,7 +14,7 @@ import pytest
 
 from xisa.analyze import ANALYZER_VERSION
 from test_pr_gate import KERNEL, MODULE_KERNEL, PYPROJECT, SPEC, _one_line, edit, git, repo  # noqa: F401 (repo: a fixture)
-from conftest import REPO
+from support import REPO
 
 
 

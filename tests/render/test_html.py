@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import REPO, gfx11_branch_change, git
+from support import REPO, gfx11_branch_change, git
 from xisa.analyze.model import Analysis
 from xisa.golden.record import Golden
 from xisa.analyze.streamdiff import abstract_registers, stream_diff

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conftest import gfx11_branch_change
+from support import gfx11_branch_change
 from xisa.analyze.model import Analysis
 from xisa.golden.record import Golden
 from xisa.render.compiled import render_compile_table

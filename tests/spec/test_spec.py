@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from xisa.errors import SpecError
 from xisa.spec.cases import build_cells, load_spec
 from xisa.spec.targets import load_targets, select_targets, unknown_target
