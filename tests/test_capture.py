@@ -262,7 +262,7 @@ def repo_captured(tmp_path_factory, shared_cache):
     import shutil
     import subprocess
 
-    from conftest import copy_corpus, xisa_process
+    from support import copy_corpus, xisa_process
 
     root = copy_corpus(tmp_path_factory.mktemp("repo-capture"))
     (root / "tests" / "kernels").mkdir(parents=True)

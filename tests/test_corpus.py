@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from conftest import copy_corpus, needs_golden_toolchain
+import pytest
+
+from support import copy_corpus, needs_golden_toolchain
 
 
 @needs_golden_toolchain
@@ -21,6 +23,7 @@ def test_check_passes_on_the_whole_corpus(corpus_check):
     assert all(c["verdict"] == "same" for c in cells)
 
 
+@pytest.mark.slow
 @needs_golden_toolchain
 def test_flipping_the_gfx11_reader_changes_only_gfx11_cells(run_xisa, tmp_path):
     project = copy_corpus(tmp_path / "corpus")

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import triton
 
-from xisa.doctor import diagnose, scan_golden_toolchains
+from xisa.doctor import diagnose
+from xisa.golden.store import scan_golden_toolchains
 from xisa.render.doctor import render_doctor_text
 from xisa.compile.toolchain import HARMLESS_ENV, REFUSED_ENV
 

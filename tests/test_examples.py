@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from support import REPO
 
 WORKFLOW = REPO / "examples" / "github-actions" / "xisa.yml"
 HOOKS = REPO / ".pre-commit-hooks.yaml"          # at the root: the repository is a pre-commit hook repo

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_corpus, needs_golden_toolchain
+from support import copy_corpus, needs_golden_toolchain
 
 
+@pytest.mark.slow
 @needs_golden_toolchain
 def test_pytest_xisa_passes_then_fails_with_a_readable_diff(tmp_path, pytest_here):
     # One architecture of the corpus: the plugin's verdicts and texts are the same on each; the whole corpus
@@ -48,6 +49,7 @@ def test_pytest_xisa_passes_then_fails_with_a_readable_diff(tmp_path, pytest_her
     assert scoped.returncode == 0, scoped.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_xisa_update_blesses_is_refused_in_ci_and_combines_under_xdist(tinyproj, pytest_here):
     def run(*args: str, ci: bool = False) -> Session:
         return pytest_here(tinyproj, "--xisa", "--strict-markers", *args, "kernels", ci=ci)
@@ -85,9 +87,9 @@ def warm_imports():
     """Torch, Triton and xisa imported before pytester snapshots `sys.modules`: it drops the modules imported
     after the snapshot, and Triton's and torch's C extensions cannot be imported a second time."""
     import xisa.api  # noqa: F401
-    from xisa.compile.runner import _warm
+    from xisa.compile.runner import import_compile_modules
 
-    _warm()
+    import_compile_modules()
 
 
 @pytest.fixture
@@ -108,6 +110,7 @@ def pytest_here(warm_imports, pytester, monkeypatch, shared_cache):
     return run
 
 
+@pytest.mark.slow
 def test_xisa_runs_the_cells_alone_and_a_printed_node_id_reruns_one_cell(tinyproj, pytest_here, run_xisa):
     """In a repository with its own tests, `pytest --xisa` runs the cells only; a failure's node id,
     passed back, runs that one cell."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import FIXTURES, REPO, copy_tinyproj, xisa_process
+from support import FIXTURES, REPO, copy_tinyproj, xisa_process
 import xisa.cli
 import xisa.compile.toolchain
 from xisa.golden import bless as bless_module
@@ -738,7 +738,7 @@ def test_a_matrix_too_large_is_refused_before_it_expands(tmp_path):
 def test_junit_holds_any_message_as_parseable_xml():
     from xml.etree import ElementTree as ET
 
-    from xisa.render.formats import render_junit
+    from xisa.render.review import render_junit
     from xisa.golden.verdict import CellVerdict, CheckReport
 
     message = "import failed: RuntimeError: boom \x01\x1b[31mred\x1b[0m \x00 \ufffe tab\there"

@@ -12,12 +12,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from xisa.analyze.backends import AMD, BACKENDS
-from xisa.names import display_path
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, XisaError
 from xisa.compile.mca import doctor_facts
+from xisa.golden.store import scan_golden_toolchains
 from xisa.compile.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON,
                             amd_codegen_revision, parse_version, pinned_overrides, ptxas_version, refused_variables,
                             unclassified_variables, wheel_tool)
@@ -83,33 +81,72 @@ def _wheel_tool(name: str, env) -> dict[str, Any]:
     return {"found": found, "path": path, "note": note if found else f"not executable ({note})"}
 
 
-def scan_golden_toolchains(golden_dir: Path, *, display_root: Path | None = None) -> dict[str, Any]:
-    """Count the goldens per Triton version (and AMD codegen revision, ptxas version) from their `toolchain`."""
-    triton: dict[str, int] = {}
-    codegen: dict[str, int] = {}
-    ptxas: dict[str, int] = {}
-    unreadable: list[str] = []
-    files = sorted(golden_dir.glob("**/*.yaml")) if golden_dir.is_dir() else []
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _tools(env, backends: list[str], warnings: list[str]) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Each backend's tools (found where; a missing one is a warning), and ptxas's version."""
+    tools = {}
+    for handler in BACKENDS:
+        for name in handler.tools:
+            tools[name] = (_find_tool(name, env) if handler.package in backends
+                           else {"found": False, "path": None, "note": f"no {handler.vendor} backend"})
+    ptxas = ptxas_version() if tools["ptxas"]["found"] else None
+    if ptxas:
+        tools["ptxas"]["version"] = ptxas
+    for name, tool in tools.items():
+        if not tool["found"] and not tool["note"].endswith(" backend"):
+            warnings.append(f"{name} not found: cells of that backend will fail to compile")
+    return tools, ptxas
 
-    def show(path: Path) -> str:
-        return display_path(path, display_root or golden_dir.parent)
 
-    for path in files:
-        try:
-            data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
-            chain = data.get("toolchain") if isinstance(data, dict) else None
-            if not isinstance(chain, dict) or "triton" not in chain:
-                raise ValueError("no toolchain")
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
-            unreadable.append(show(path))
-            continue
-        for counter, key in ((triton, "triton"), (codegen, "amd_codegen"), (ptxas, "ptxas")):
-            if chain.get(key) is not None:
-                counter[str(chain[key])] = counter.get(str(chain[key]), 0) + 1
-    return {"dir": show(golden_dir), "files": len(files), "triton": dict(sorted(triton.items())),
-            "amd_codegen": dict(sorted(codegen.items())), "ptxas": dict(sorted(ptxas.items())),
-            "unreadable": unreadable}
+def _environment(env, environ, version: str | None, problems: list[str]) -> dict[str, Any]:
+    """The environment as xisa classifies it: what it overrides, refuses, does not know, or knows harmless."""
+    overridden = {k: {"user": v, "pinned": PINNED_ENV[k]} for k, v in pinned_overrides(dict(env)).items()}
+    refused = refused_variables(dict(env))
+    for name, why in refused.items():
+        problems.append(f"{name} is set: it {why}; no result could be trusted (fix: unset {name})")
+    unclassified = unclassified_variables(environ) if version else []
+    for name in unclassified:
+        problems.append(f"{name} is set: the installed Triton reads it and xisa does not know whether it changes "
+                        f"the compiled code; no result could be trusted (fix: unset {name})")
+    harmless = {name: why for name, why in HARMLESS_ENV.items() if name in env}
+    return {"pinned": dict(PINNED_ENV), "overridden": overridden, "refused": refused,
+            "refused_known": sorted(REFUSED_ENV), "unclassified": unclassified, "harmless": harmless}
+
+
+def _project(cwd: Path | None, warnings: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The project, its targets (for device matching) and its goldens' toolchains; doctor also runs outside one."""
+    project_info: dict[str, Any] = {"root": None, "golden_dir": None}
+    targets: dict[str, Any] = {}
+    goldens: dict[str, Any] = {"dir": None, "files": 0, "triton": {}, "amd_codegen": {}, "ptxas": {}, "unreadable": []}
+    try:
+        from xisa.spec.project import load_project
+        from xisa.spec.targets import load_targets
+
+        project = load_project(cwd=cwd)
+        project_info = {"root": str(project.root), "golden_dir": project.display(project.golden_dir)}
+        targets = load_targets(list(project.target_dirs), root=project.root)
+        goldens = scan_golden_toolchains(project.golden_dir, display_root=project.root)
+    except XisaError as exc:
+        warnings.append(f"project: {exc}")
+    return project_info, targets, goldens
+
+
+def _judge_goldens(goldens: dict[str, Any], installed: dict[str, str | None], problems: list[str],
+                   warnings: list[str]) -> None:
+    """Whether every golden's toolchain is the installed one (`goldens["matches"]`); each other one is a problem."""
+    goldens["installed"] = {k: v for k, v in installed.items() if v is not None}
+    mismatched = {}
+    for key in ("triton", "amd_codegen", "ptxas"):
+        others = {v: n for v, n in goldens[key].items() if v != installed[key]}
+        if others and (key == "triton" or installed[key] is not None):
+            mismatched[key] = others
+    goldens["matches"] = not mismatched
+    for key, others in mismatched.items():
+        listing = ", ".join(f"{v} ({n} file{'s' if n != 1 else ''})" for v, n in others.items())
+        problems.append(f"goldens were made with {key} {listing} but {installed[key]} is installed: fingerprints "
+                        f"cannot be compared (fix: install the goldens' toolchain or re-bless)")
+    if goldens["unreadable"]:
+        warnings.append(f"{len(goldens['unreadable'])} golden file(s) have no readable toolchain, "
+                        f"e.g. {goldens['unreadable'][0]}")
 
 
 def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, torch_module: Any = None,
@@ -127,58 +164,10 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
         problems.append(f"Triton {version} is not supported: xisa supports {low[0]}.{low[1]} to {high[0]}.{high[1]}")
     backends = _backends() if version else []
     codegen = amd_codegen_revision() if AMD.package in backends else None
-    tools = {}
-    for handler in BACKENDS:
-        for name in handler.tools:
-            tools[name] = (_find_tool(name, env) if handler.package in backends
-                           else {"found": False, "path": None, "note": f"no {handler.vendor} backend"})
-    ptxas = ptxas_version() if tools["ptxas"]["found"] else None
-    if ptxas:
-        tools["ptxas"]["version"] = ptxas
-    for name, tool in tools.items():
-        if not tool["found"] and not tool["note"].endswith(" backend"):
-            warnings.append(f"{name} not found: cells of that backend will fail to compile")
-
-    overridden = {k: {"user": v, "pinned": PINNED_ENV[k]} for k, v in pinned_overrides(dict(env)).items()}
-    refused = refused_variables(dict(env))
-    for name, why in refused.items():
-        problems.append(f"{name} is set: it {why}; no result could be trusted (fix: unset {name})")
-    unclassified = unclassified_variables(environ) if version else []
-    for name in unclassified:
-        problems.append(f"{name} is set: the installed Triton reads it and xisa does not know whether it changes "
-                        f"the compiled code; no result could be trusted (fix: unset {name})")
-    harmless = {name: why for name, why in HARMLESS_ENV.items() if name in env}
-
-    # The project, its targets (for device matching) and its goldens; doctor also runs outside a project.
-    project_info: dict[str, Any] = {"root": None, "golden_dir": None}
-    targets: dict[str, Any] = {}
-    goldens: dict[str, Any] = {"dir": None, "files": 0, "triton": {}, "amd_codegen": {}, "ptxas": {}, "unreadable": []}
-    try:
-        from xisa.spec.project import load_project
-        from xisa.spec.targets import load_targets
-
-        project = load_project(cwd=cwd)
-        project_info = {"root": str(project.root), "golden_dir": project.display(project.golden_dir)}
-        targets = load_targets(list(project.target_dirs), root=project.root)
-        goldens = scan_golden_toolchains(project.golden_dir, display_root=project.root)
-    except XisaError as exc:
-        warnings.append(f"project: {exc}")
-
-    installed = {"triton": version, "amd_codegen": codegen, "ptxas": ptxas}
-    goldens["installed"] = {k: v for k, v in installed.items() if v is not None}
-    mismatched = {}
-    for key in ("triton", "amd_codegen", "ptxas"):
-        others = {v: n for v, n in goldens[key].items() if v != installed[key]}
-        if others and (key == "triton" or installed[key] is not None):
-            mismatched[key] = others
-    goldens["matches"] = not mismatched
-    for key, others in mismatched.items():
-        listing = ", ".join(f"{v} ({n} file{'s' if n != 1 else ''})" for v, n in others.items())
-        problems.append(f"goldens were made with {key} {listing} but {installed[key]} is installed: fingerprints "
-                        f"cannot be compared (fix: install the goldens' toolchain or re-bless)")
-    if goldens["unreadable"]:
-        warnings.append(f"{len(goldens['unreadable'])} golden file(s) have no readable toolchain, "
-                        f"e.g. {goldens['unreadable'][0]}")
+    tools, ptxas = _tools(env, backends, warnings)
+    environment = _environment(env, environ, version, problems)
+    project_info, targets, goldens = _project(cwd, warnings)
+    _judge_goldens(goldens, {"triton": version, "amd_codegen": codegen, "ptxas": ptxas}, problems, warnings)
 
     # Optional: llvm-mca's loop estimates (`xisa.compile.mca`); its absence is said, never a problem.
     modelled = {name: t for name, t in targets.items() if t.handler.mca_triple}
@@ -199,10 +188,7 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
         "schema": DOCTOR_SCHEMA_VERSION, "kind": "doctor",
         "triton": {"version": version, "supported": supported, "supported_range": f"{low[0]}.{low[1]}-{high[0]}.{high[1]}",
                    "amd_codegen_revision": codegen, "ptxas_version": ptxas},
-        "backends": backends, "tools": tools, "llvm_mca": llvm_mca,
-        "pinned": dict(PINNED_ENV), "overridden": overridden,
-        "refused": refused, "refused_known": sorted(REFUSED_ENV), "unclassified": unclassified,
-        "harmless": harmless,
+        "backends": backends, "tools": tools, "llvm_mca": llvm_mca, **environment,
         "devices": devices, "project": project_info, "goldens": goldens,
         "problems": problems, "warnings": warnings, "verdict": verdict, "exit_code": exit_code,
     }

@@ -188,7 +188,7 @@ def _explain(verdict) -> str:
                                         "golden", "now", lineterm="", n=2)
             body = list(diff)
             lines += body[:60] + ([f"... {len(body) - 60} more diff lines"] if len(body) > 60 else [])
-    from xisa.render.formats import accept_commands
+    from xisa.render.review import accept_commands
 
     for command in accept_commands(_one_cell_report(verdict), kernel_filters=[f"{verdict.kernel}:{verdict.case}"]):
         lines.append(f"accept with: {command}")

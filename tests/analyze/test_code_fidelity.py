@@ -223,7 +223,7 @@ def test_code_bytes_changed_under_an_unchanged_stream_is_a_change(tmp_path):
     from dataclasses import replace
 
     from xisa.analyze.amdgcn import analyze_amdgcn
-    from xisa.golden.store import golden_paths, render_golden, write_golden
+    from xisa.golden.store import GoldenSet, golden_paths, render_golden, write_golden
     from xisa.compile.result import CellResult
     from xisa.golden.verdict import build_report
 
@@ -240,7 +240,8 @@ def test_code_bytes_changed_under_an_unchanged_stream_is_a_change(tmp_path):
     write_golden(*golden_paths(golden_dir, "k", "c", "gfx942"), yaml_text, stream_text)
 
     def check(code: str):
-        return build_report([result(code)], {}, golden_dir=golden_dir, display_root=tmp_path,
+        results = [result(code)]
+        return build_report(results, {}, goldens=GoldenSet.for_results(golden_dir, results, display_root=tmp_path),
                             selected_targets={"gfx942"}, kernel_filters=None, scopes=[],
                             toolchain={"triton": "x"})
 

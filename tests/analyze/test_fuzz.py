@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES
+from support import FIXTURES
 from xisa.analyze import amdgcn, sass
 from xisa.errors import ParseError
 

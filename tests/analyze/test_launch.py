@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from xisa.analyze.expect import LAUNCHABLE, evaluate, expected_launchable, judge_launch, parse_expectations
 from xisa.analyze.model import Analysis
 from xisa.analyze.occupancy import amd_waves_per_simd, cuda_warps_per_sm

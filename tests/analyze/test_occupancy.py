@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from xisa.analyze.occupancy import amd_waves_per_simd
 from xisa.spec.targets import load_targets
 
 TARGETS = load_targets([REPO / "targets"])
 
 
+@pytest.mark.slow
 def test_register_occupancy_equals_llvm_for_every_bundled_cell(corpus_cells):
     """LLVM's figure counts registers and ignores Triton's dynamic LDS; with LDS left out ours must agree."""
     compared = 0

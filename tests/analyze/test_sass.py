@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from xisa.analyze.occupancy import cuda_warps_per_sm
 from xisa.analyze.sass import CLASSES, base_mnemonic, classify, parse_resource_usage, parse_stream
 from xisa.errors import ParseError

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gfx11_branch_change
+from support import gfx11_branch_change
 
 CELL = ("--arch", "gfx942", "--kernel", "scale:big")
 NO_BUFFER_OPS = ("--b-env", "AMDGCN_USE_BUFFER_OPS=0")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_tinyproj, write_files
+from support import copy_tinyproj, write_files
 from xisa.analyze import amdgcn, sass
 from xisa.analyze.backends import AMD, NVIDIA
 from xisa.analyze.loops import find_loops

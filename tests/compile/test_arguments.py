@@ -13,7 +13,7 @@ import triton
 from triton.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
 
-from conftest import FIXTURES
+from support import FIXTURES
 from xisa.compile.standins import make_standin, resolve_derived
 from xisa.errors import SpecError
 

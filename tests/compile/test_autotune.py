@@ -14,7 +14,7 @@ from triton.compiler import make_backend
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
-from conftest import FIXTURES, REPO
+from support import FIXTURES, REPO
 from xisa.compile.autotune import count_configs
 from xisa.compile.bind import bind_cell, bind_values
 from xisa.compile.loader import load_kernel_function, load_kernel_object, unwrap_kernel

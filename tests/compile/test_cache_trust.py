@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, one_case_spec, write_files
+from support import FIXTURES, one_case_spec, write_files
 from xisa.compile.cache import TRITON, ResultCache, triton_cache_class, write_private
 from xisa.compile.result import CellResult
 

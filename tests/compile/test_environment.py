@@ -214,7 +214,7 @@ from xisa.compile import runner, toolchain
 import triton                                    # imported under the user's environment, as xisa does
 from triton.backends.compiler import GPUTarget
 toolchain.apply_pinned_env(__import__("pathlib").Path(sys.argv[1]))
-runner._prepare_worker_toolchain()
+runner.prepare_worker_toolchain()
 from triton.compiler.compiler import make_backend
 out = {}
 for target in (GPUTarget("cuda", 90, 32), GPUTarget("cuda", 100, 32), GPUTarget("hip", "gfx942", 64)):

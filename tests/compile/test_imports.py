@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import count_as_installed, forget_installed, one_case_spec, write_files
+from support import count_as_installed, forget_installed, one_case_spec, write_files
 from xisa.errors import SpecError
 
 KERNEL = """import triton
@@ -202,7 +202,7 @@ def test_an_installed_parent_package_that_fails_is_one_line_naming_it(installed,
 def gpu_project(tmp_path) -> Path:
     import shutil
 
-    from conftest import FIXTURES
+    from support import FIXTURES
 
     return Path(shutil.copytree(FIXTURES / "imports", tmp_path / "proj"))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import count_as_installed, forget_installed, one_case_spec, write_files
+from support import count_as_installed, forget_installed, one_case_spec, write_files
 
 KERNEL = """import triton
 import triton.language as tl

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import write_files
+from support import write_files
 
 KERNEL = """import triton
 import triton.language as tl

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import xisa_process
+from support import xisa_process
 
 NOISY_IMPORTS = '''import warnings
 

@@ -7,7 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
-from conftest import FIXTURES
+from support import FIXTURES
 
 
 def cells_of(out) -> list[dict]:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from xisa.analyze.backends import base_gcn_arch
 from xisa.device.detect import detect_devices, gate
 from xisa.spec.targets import load_targets

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
 
 def device_report(arch: str) -> dict:

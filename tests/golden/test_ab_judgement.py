@@ -7,7 +7,8 @@ import hashlib
 from xisa.analyze.model import Analysis
 from xisa.compile.result import CellResult
 from xisa.golden.ab import Side, judge_ab, largest_resource_changes, target_summaries
-from xisa.golden.store import golden_paths, render_golden, write_golden
+from xisa.golden.report_json import ab_payload, report_text
+from xisa.golden.store import GoldenSet, golden_paths, render_golden, write_golden
 
 
 def _result(case: str, *, stream: str = "v_add_f32 v0, v1, v2", vgprs: int = 8, ok: bool = True,
@@ -26,18 +27,30 @@ def _result(case: str, *, stream: str = "v_add_f32 v0, v1, v2", vgprs: int = 8, 
 
 
 def _judge(tmp_path, a_results, b_results):
-    folder = tmp_path / "a" / "golden"
-    errors = {}
-    for result in a_results:
-        if result.ok:
-            write_golden(*golden_paths(folder, result.kernel, result.case, result.target),
-                         *render_golden(result, toolchain={"triton": "3.8.0"}, stream_file=True))
-        else:
-            errors[result.id] = result.error
-    folder.mkdir(parents=True, exist_ok=True)
+    """Side B against side A's compile, as `xisa ab` judges it: A's results as the goldens bless would write."""
+    errors = {result.id: result.error for result in a_results if not result.ok}
+    a_goldens = GoldenSet.of_results(a_results, {"gfx942": {"triton": "3.8.0"}, "gfx1100": {"triton": "3.8.0"}})
     sides = [Side("A", toolchain={"triton": "3.8.0"}), Side("B", python="/v/bin/python", toolchain={"triton": "3.9.0"})]
-    return judge_ab(b_results, a_golden_dir=folder, a_errors=errors, a_is_goldens=False, display_root=folder.parent,
+    return judge_ab(b_results, a_goldens=a_goldens, a_errors=errors, a_is_goldens=False,
                     selected_targets={"gfx942"}, kernel_filters=None, sides=sides)
+
+
+def test_a_compiled_side_judged_in_memory_is_judged_as_its_goldens_written_and_read_back(tmp_path):
+    """`GoldenSet.of_results` is what a folder of the goldens bless would write reads back as."""
+    a = [_result("x"), _result("y", vgprs=4), _result("z", ok=False)]
+    b = [_result("x", stream="v_add_f32 v0, v1, v2\nv_mov_b32 v3, 0", vgprs=16), _result("y"), _result("z")]
+    folder = tmp_path / "golden"
+    for result in a[:2]:
+        write_golden(*golden_paths(folder, result.kernel, result.case, result.target),
+                     *render_golden(result, toolchain={"triton": "3.8.0"}, stream_file=True))
+    sides = [Side("A", toolchain={"triton": "3.8.0"}), Side("B", toolchain={"triton": "3.8.0"}, knobs={"K": "1"})]
+    read = judge_ab(b, a_goldens=GoldenSet.for_results(folder, b, display_root=tmp_path), a_errors={"k:z@gfx942": "boom"},
+                    a_is_goldens=False, selected_targets={"gfx942"}, kernel_filters=None, sides=sides)
+    made = judge_ab(b, a_goldens=GoldenSet.of_results(a, {"gfx942": {"triton": "3.8.0"}}),
+                    a_errors={"k:z@gfx942": "boom"}, a_is_goldens=False, selected_targets={"gfx942"},
+                    kernel_filters=None, sides=sides)
+    assert report_text(made) == report_text(read)
+    assert [v.verdict for v in made.verdicts] == ["changed", "changed", "error"]
 
 
 def test_a_cell_only_side_a_fails_is_an_error_not_new(tmp_path):
@@ -59,7 +72,7 @@ def test_changes_are_counted_per_target_and_the_largest_listed_first(tmp_path):
     assert summaries["gfx942"].instructions == (2, 3)
     assert summaries["gfx942"].resources == {"vgprs": (1, 1, 4)}
     assert largest_resource_changes(report) == [("k:x@gfx942", "vgprs", 8, 16), ("k:y@gfx942", "vgprs", 8, 4)]
-    assert report.to_json()["sides"]["b"] == {"label": "B", "kind": "python", "python": "/v/bin/python",
+    assert ab_payload(report)["sides"]["b"] == {"label": "B", "kind": "python", "python": "/v/bin/python",
                                               "knobs": {}, "toolchain": {"triton": "3.9.0"}, "golden": None}
 
 
@@ -71,4 +84,4 @@ def test_first_changed_stage_is_the_earliest_stage_whose_fingerprint_differs(tmp
     b.analysis.stages = {stage: digit * 64 for stage, digit in zip(("ttir", "ttgir", "llir", "amdgcn"), "1298")}
     report = _judge(tmp_path / "both", [a], [b])
     assert report.verdicts[0].stages.first == "llir"
-    assert report.to_json()["cells"][0]["first_changed_stage"] == "llir"
+    assert ab_payload(report)["cells"][0]["first_changed_stage"] == "llir"

@@ -216,7 +216,7 @@ def _until(condition, seconds: float = 120.0) -> bool:
 def hanging_check(tinyproj, shared_cache, tmp_path):
     """`xisa check` of three cells on two workers, one stuck in its compile (an import that sleeps):
     yields the process, its workers and its stderr file once both workers run; kills leftovers after."""
-    from conftest import FIXTURES
+    from support import FIXTURES
 
     for name in ("hang.py", "hang.yaml"):
         (tinyproj / "kernels" / name).write_text((FIXTURES / "faulty" / name).read_text())

@@ -18,6 +18,7 @@ import pytest
 
 from test_reliability import _bless, _new_results, _old_goldens, _sample_result, assert_one_line_error, snapshot
 from xisa.errors import GoldenError
+from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import build_report
 
 
@@ -81,7 +82,8 @@ def test_bless_and_check_refuse_a_link_in_the_golden_folder(tmp_path, monkeypatc
     assert message.startswith(f"{shown}: is a link") and "\n" not in message, message
     assert "never reads, writes or deletes goldens through a link" in message and info.value.exit_code == 2
     with pytest.raises(GoldenError) as info:
-        build_report(results, {}, golden_dir=golden_dir, display_root=tmp_path, selected_targets={"gfx942", "gfx1100"},
+        build_report(results, {}, goldens=GoldenSet.for_results(golden_dir, results, display_root=tmp_path),
+                     selected_targets={"gfx942", "gfx1100"},
                      kernel_filters=None, scopes=[], toolchain={"triton": "3.8.0"})
     assert str(info.value).startswith(f"{shown}: is a link")
     assert snapshot(outside) == before_outside

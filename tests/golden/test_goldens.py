@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import git, gfx11_branch_change
+from support import git, gfx11_branch_change
 from xisa.golden.store import golden_paths, read_golden
 
 

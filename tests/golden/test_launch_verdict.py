@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO
+from support import FIXTURES, REPO
 from xisa.spec.targets import load_targets
 
 GFX942 = load_targets([REPO / "targets"])["gfx942"]

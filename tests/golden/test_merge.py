@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import xisa.cli
-from conftest import copy_tinyproj, xisa_process
+from support import copy_tinyproj, xisa_process
 
 
 @pytest.fixture(scope="module")

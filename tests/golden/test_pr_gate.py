@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import git
+from support import git
 from xisa.compile.toolchain import describe_toolchain
 
 KERNEL = '''import triton

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_tinyproj, git, write_files
+from support import copy_tinyproj, git, write_files
 from xisa.analyze.lines import NO_LINE
 from xisa.golden.store import golden_paths, list_goldens
 from xisa.yamlio import dump_yaml

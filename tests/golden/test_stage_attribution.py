@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_tinyproj
+from support import copy_tinyproj
 from xisa.analyze.backends import AMD, NVIDIA
 from xisa.analyze.stages import NORMALIZERS
 from xisa.golden.store import golden_paths, list_goldens

@@ -38,6 +38,7 @@ def _check(measured, name):
     return r
 
 
+@pytest.mark.slow
 def test_gfx11_reader_is_bit_exact_on_every_finite_code(measured):
     r = _check(measured, "readers")
     # All 256 codes but the two NaN codes 0x7f / 0xff (the fp16 pattern of 0x7f is 1.875, not NaN).

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import REPO, gfx11_branch_change, git
+from support import REPO, gfx11_branch_change, git
 from xisa.analyze.model import Analysis
-from xisa.golden.store import Golden
+from xisa.golden.record import Golden
 from xisa.analyze.streamdiff import abstract_registers, stream_diff
 from xisa.render.html import render_html, write_html
 from xisa.compile.result import CellResult

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conftest import gfx11_branch_change
+from support import gfx11_branch_change
 from xisa.analyze.model import Analysis
-from xisa.golden.store import Golden
-from xisa.render.formats import accept_commands, error_block, render_check_text, render_compile_table, summary_line
+from xisa.golden.record import Golden
+from xisa.render.compiled import render_compile_table
+from xisa.render.formats import error_block
+from xisa.render.review import accept_commands, render_check_text, summary_line
 from xisa.compile.result import CellResult
 from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, compute_delta
 

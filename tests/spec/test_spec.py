@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from xisa.errors import SpecError
 from xisa.spec.cases import build_cells, load_spec
 from xisa.spec.targets import load_targets, select_targets, unknown_target
@@ -245,7 +245,8 @@ def test_cells_and_results_spell_their_id_through_the_cell_key(tmp_path, targets
 
 def test_every_target_family_has_one_table_entry_that_the_reports_read():
     from xisa.analyze.backends import BACKENDS, RESOURCE_ORDER, backend, backend_of_isa
-    from xisa.render.formats import CHECK_COLUMNS, COMPILE_COLUMNS
+    from xisa.render.compiled import COMPILE_COLUMNS
+    from xisa.render.review import CHECK_COLUMNS
 
     known = load_targets([REPO / "targets"])
     assert {t.backend for t in known.values()} == {b.name for b in BACKENDS}

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from xisa.api.run import Progress, compile_cells, no_progress
@@ -17,7 +15,7 @@ from xisa.compile.result import CellResult
 from xisa.compile.runner import RunOptions
 from xisa.compile.toolchain import check_knobs_read
 from xisa.errors import ToolchainError, UsageError
-from xisa.golden.store import golden_paths, read_golden_toolchain
+from xisa.golden.store import GoldenSet, recorded_toolchain
 from xisa.names import display_path
 
 
@@ -40,7 +38,6 @@ def ab(selection: Selection, *, a, b, options: RunOptions = RunOptions(), progre
     own); each reuses the result cache."""
     from xisa.golden.ab import judge_ab, majority_toolchain
     from xisa.golden.selection import describe_selection
-    from xisa.golden.store import render_golden, write_golden
 
     if b.golden:
         raise UsageError("side B is compiled; only side A can be the goldens", field="--b-golden",
@@ -81,25 +78,18 @@ def ab(selection: Selection, *, a, b, options: RunOptions = RunOptions(), progre
         for side in sides:
             if side.label in compiled:
                 side.toolchain = compiled[side.label][1]
-        a_errors: dict[str, str] = {}
-        if a.golden:
-            a_dir = ws.project.golden_dir
-            a.golden_dir = display_path(a_dir, ws.project.root) + "/"
-            recorded = [read_golden_toolchain(golden_paths(a_dir, c.kernel.name, c.case, c.target.name)[0])
-                        for c in cells]
-            a.toolchain = majority_toolchain([t for t in recorded if t])
-        else:
-            a_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="xisa-ab-a-"))) / "golden"
-            results, _, toolchains = compiled[a.label]
-            for result in results:
-                if result.ok:
-                    write_golden(*golden_paths(a_dir, result.kernel, result.case, result.target),
-                                 *render_golden(result, toolchain=toolchains[result.target], stream_file=True))
-                else:
-                    a_errors[result.id] = result.error or "compile failed"
-            a_dir.mkdir(parents=True, exist_ok=True)
-        report = judge_ab(compiled[b.label][0], a_golden_dir=a_dir, a_errors=a_errors, a_is_goldens=a.golden,
-                          display_root=ws.project.root if a.golden else a_dir.parent,
-                          selected_targets={t.name for t in chosen}, kernel_filters=selection.kernel,
-                          sides=[a, b], selection=described)
+    a_errors: dict[str, str] = {}
+    b_results = compiled[b.label][0]
+    if a.golden:
+        a.golden_dir = display_path(ws.project.golden_dir, ws.project.root) + "/"
+        recorded = [recorded_toolchain(ws.project.golden_dir, (c.kernel.name, c.case, c.target.name)) for c in cells]
+        a.toolchain = majority_toolchain([t for t in recorded if t])
+        a_goldens = GoldenSet.for_results(ws.project.golden_dir, b_results, display_root=ws.project.root)
+    else:   # side A's compile judged as the goldens bless would write for it, in memory
+        results, _, toolchains = compiled[a.label]
+        a_errors = {r.id: r.error or "compile failed" for r in results if not r.ok}
+        a_goldens = GoldenSet.of_results(results, toolchains)
+    report = judge_ab(b_results, a_goldens=a_goldens, a_errors=a_errors, a_is_goldens=a.golden,
+                      selected_targets={t.name for t in chosen}, kernel_filters=selection.kernel,
+                      sides=[a, b], selection=described)
     return AbOutcome(report=report, exit_code=report.exit_code)

@@ -10,7 +10,7 @@ from xisa.api.workspace import Workspace
 from xisa.compile.runner import RunOptions
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED
 from xisa.golden.bless import BlessOutcome, bless as write_goldens
-from xisa.golden.store import golden_paths, read_golden_toolchain
+from xisa.golden.store import GoldenSet, recorded_toolchain
 from xisa.golden.verdict import CheckReport, build_report
 
 
@@ -72,13 +72,13 @@ def toolchain_upgrade(ws: Workspace, run: Run, *, kernel_filters: list[str] | No
     toolchains = run.toolchains()
     old = []
     for result in run.results:
-        recorded = read_golden_toolchain(golden_paths(ws.project.golden_dir, result.kernel, result.case, result.target)[0])
+        recorded = recorded_toolchain(ws.project.golden_dir, (result.kernel, result.case, result.target))
         if recorded and any(str(recorded.get(k)) != v for k, v in toolchains[result.target].items() if k in recorded):
             old.append(recorded)
     if not old:
         return None
     old_toolchain = majority_toolchain(old)
-    report = build_report(run.results, {}, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
-                          selected_targets={t.name for t in run.targets}, kernel_filters=kernel_filters, scopes=[],
-                          toolchain={"triton": old_toolchain.get("triton", "")}, launches=False)
+    goldens = GoldenSet.for_results(ws.project.golden_dir, run.results, display_root=ws.project.root)
+    report = build_report(run.results, {}, goldens=goldens, selected_targets={t.name for t in run.targets},
+                          kernel_filters=kernel_filters, scopes=[], toolchain={"triton": old_toolchain.get("triton", "")}, launches=False)
     return ToolchainUpgrade(report=report, old=old_toolchain, new=run.toolchain())

@@ -12,6 +12,7 @@ from xisa.api.selection import Selection
 from xisa.api.workspace import Workspace, validate_scopes
 from xisa.compile.runner import RunOptions
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, UsageError
+from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import UNUSED, CellVerdict, build_report
 from xisa.spec.cases import Cell
 from xisa.spec.shard import parse_shard
@@ -66,9 +67,9 @@ def unused_goldens(ws: Workspace, chosen: list[Target], cells: list[Cell], *, ke
     """The goldens inside a selection (its targets, kernel filters and, if given, cell-id globs) that no
     cell of it has: what `xisa check` reports as unused. Nothing is compiled."""
     empty = Run(targets=chosen, results=[], failures={})
-    report = build_report(empty.results, empty.failures, golden_dir=ws.project.golden_dir,
-                          display_root=ws.project.root, selected_targets={t.name for t in chosen},
-                          kernel_filters=kernel_filters, scopes=[], toolchain={})
+    goldens = GoldenSet.for_results(ws.project.golden_dir, empty.results, display_root=ws.project.root)
+    report = build_report(empty.results, empty.failures, goldens=goldens,
+                          selected_targets={t.name for t in chosen}, kernel_filters=kernel_filters, scopes=[], toolchain={})
     ids = {cell.id for cell in cells}
     return [v for v in report.verdicts if v.verdict == UNUSED and v.id not in ids
             and (not cell_patterns or any(fnmatch.fnmatchcase(v.id, p) for p in cell_patterns))]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import tempfile
 from pathlib import Path
 
 from xisa.api.judging import CheckOutcome, bless_commands
@@ -14,7 +13,7 @@ from xisa.api.selection import Selection
 from xisa.api.workspace import Workspace, open_workspace, validate_scopes
 from xisa.compile.runner import RunOptions
 from xisa.errors import UsageError
-from xisa.golden.store import golden_paths
+from xisa.golden.store import GoldenSet
 from xisa.spec.cases import Cell
 from xisa.spec.targets import Target
 
@@ -39,25 +38,28 @@ def gate(base: str, selection: Selection, *, compile_base: bool = False, options
     ws = selection.workspace()
     whole = selection.whole()
     commit = gitrev.resolve(base, ws.project.root)
-    head_goldens = (ws.project.golden_dir, "")
+    head_golden_dir = (ws.project.golden_dir, "")
     with contextlib.ExitStack() as stack:
         base_errors: dict[str, str] = {}
         if compile_base:
             tree, root, base_ws, base_targets, base_cells = _open_base(stack, ws, commit, spec=selection.spec)
             validate_scopes(scope, ws, also=[(c.kernel.name, c.case, c.target.name) for c in base_cells])
-            run = compile_selection(ws, whole, options=options, golden_dirs=[head_goldens], progress=progress)
-            base_dir, base_errors = _compile_base(stack, tree, root, base_ws, base_targets, base_cells,
-                                                  options=options, progress=progress)
+            run = compile_selection(ws, whole, options=options, golden_dirs=[head_golden_dir], progress=progress)
+            base_goldens, base_errors = _compile_base(tree, root, base_ws, base_targets, base_cells,
+                                                      options=options, progress=progress)
         else:
             base_dir = stack.enter_context(gitrev.goldens_at(base, ws.project, golden=selection.golden))
             # A scope may name what only the base has: a removed kernel, a renamed case, a dropped target.
             validate_scopes(scope, ws, also=list_goldens(base_dir))
             run = compile_selection(ws, whole, options=options,
-                                    golden_dirs=[head_goldens, (base_dir, f"{base}:")], progress=progress)
+                                    golden_dirs=[head_golden_dir, (base_dir, f"{base}:")], progress=progress)
+            base_goldens = GoldenSet.for_results(base_dir, run.results, display_root=base_dir.parent, owner=base)
         report = judge_against_base(run.results, run.failures, base=base_record(base, commit, compiled=compile_base),
-                                    base_dir=base_dir, base_errors=base_errors, head_golden_dir=ws.project.golden_dir,
-                                    display_root=ws.project.root, selected_targets={t.name for t in run.targets},
-                                    scopes=scope or [], toolchain=run.toolchain())
+                                    base_goldens=base_goldens, base_errors=base_errors,
+                                    head_goldens=GoldenSet.for_results(ws.project.golden_dir, run.results,
+                                                                       display_root=ws.project.root),
+                                    selected_targets={t.name for t in run.targets}, scopes=scope or [],
+                                    toolchain=run.toolchain())
     stale = dataclasses.replace(report, verdicts=report.stale_goldens, stale_goldens=[], base=None)
     return CheckOutcome(report=report, accept=bless_commands(stale, ws, whole),
                         exit_code=report.exit_code, failure_lines=run.failure_lines())
@@ -92,11 +94,10 @@ def _open_base(stack: contextlib.ExitStack, ws: Workspace, commit: str, *, spec:
     return tree, root, base_ws, chosen, cells
 
 
-def _compile_base(stack: contextlib.ExitStack, tree: Path, root: Path, base_ws: Workspace, chosen: list[Target],
-                  cells: list[Cell], *, options: RunOptions, progress: Progress) -> tuple[Path, dict[str, str]]:
-    """Compile the base's cells in its worktree, imports resolved there, and render the results as goldens
-    in a temporary folder. Returns that folder and the base cells that failed."""
-    from xisa.golden.store import render_golden, write_golden
+def _compile_base(tree: Path, root: Path, base_ws: Workspace, chosen: list[Target], cells: list[Cell], *,
+                  options: RunOptions, progress: Progress) -> tuple[GoldenSet, dict[str, str]]:
+    """Compile the base's cells in its worktree, imports resolved there. Returns the results as the goldens
+    `xisa bless` would write for them (in memory) and the base cells that failed."""
     from xisa.spec import gitrev
 
     with gitrev.imports_from(tree, root):
@@ -109,13 +110,7 @@ def _compile_base(stack: contextlib.ExitStack, tree: Path, root: Path, base_ws: 
                                        "(an editable install of this checkout?)")
         cells = [c for c in cells if c.id not in errors]
         base_run = compile_cells(base_ws, chosen, cells, options=options, progress=progress)
-    base_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="xisa-base-goldens-"))) / "golden"
-    toolchains = base_run.toolchains()
     for result in base_run.results:
-        if result.ok:
-            yaml_text, stream_text = render_golden(result, toolchain=toolchains[result.target], stream_file=True)
-            write_golden(*golden_paths(base_dir, result.kernel, result.case, result.target), yaml_text, stream_text)
-        else:
+        if not result.ok:
             errors[result.id] = result.error or "compile failed"
-    base_dir.mkdir(parents=True, exist_ok=True)
-    return base_dir, errors
+    return GoldenSet.of_results(base_run.results, base_run.toolchains()), errors

@@ -10,6 +10,7 @@ from typing import Any
 from xisa.api.run import Run
 from xisa.api.selection import Selection
 from xisa.api.workspace import Workspace
+from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import CheckReport, build_report
 
 
@@ -29,15 +30,16 @@ def judge(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, scopes: 
           golden_dir: Path | None = None, display_root: Path | None = None, shard: tuple[int, int] | None = None,
           selection: dict[str, Any] | None = None) -> CheckReport:
     """The run's cells against goldens (this tree's unless `golden_dir` names others)."""
-    return build_report(run.results, run.failures, golden_dir=golden_dir or ws.project.golden_dir,
-                        display_root=display_root or ws.project.root, selected_targets={t.name for t in run.targets},
+    goldens = GoldenSet.for_results(golden_dir or ws.project.golden_dir, run.results,
+                                    display_root=display_root or ws.project.root)
+    return build_report(run.results, run.failures, goldens=goldens, selected_targets={t.name for t in run.targets},
                         kernel_filters=kernel_filters, scopes=scopes or [], toolchain=run.toolchain(), shard=shard,
                         selection=selection)
 
 
 def bless_commands(report: CheckReport, ws: Workspace, selection: Selection) -> list[str]:
     """The `xisa bless` commands that accept what this check found changed, new or unused."""
-    from xisa.render.formats import accept_commands
+    from xisa.render.review import accept_commands
 
     return accept_commands(report, kernel_filters=selection.kernel, extra_args=selection.location_args(),
                            kernels={s.name for s in ws.specs})

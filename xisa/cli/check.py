@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from enum import Enum
 from pathlib import Path
@@ -17,7 +16,9 @@ from xisa.cli.options import (ArchOption, JobsOption, KernelOption, LockTimeoutO
                               SpecOption, TimeoutOption, print_failure_lines, run_options, stderr, stdout)
 from xisa.golden.verdict import CheckReport
 from xisa.render.progress import progress_reporter
-from xisa.render.formats import error_block, render_check_text, render_junit, render_markdown
+from xisa.render.formats import error_block
+from xisa.render.review import render_check_text
+from xisa.render.reports import render_report
 
 
 class Format(str, Enum):
@@ -43,28 +44,12 @@ CompileBaseOption = Annotated[bool, typer.Option(
 
 def emit_report(report: CheckReport, fmt: Format, output: Path | None, *, counts: list[str], title: str,
                 quiet: bool, accept: list[str] | None = None) -> None:
-    """A check, gate or A/B report in `fmt`, to stdout or written to `output` (`xisa check`, `diff`, `ab`)."""
+    """A check, gate or A/B report in `fmt` (`xisa.render.reports`' table), to stdout or written to `output`
+    (`xisa check`, `diff`, `ab`). Text on stdout is printed to the terminal's console (colour, its width)."""
     if fmt is Format.text and output is None:
         render_check_text(stdout(), report, counts=counts, quiet=quiet, accept=accept)
         return
-    if fmt is Format.text:
-        from io import StringIO
-
-        from rich.console import Console
-
-        buffer = StringIO()
-        render_check_text(Console(file=buffer, width=200, no_color=True), report, counts=counts, quiet=quiet,
-                          accept=accept)
-        text = buffer.getvalue()
-    elif fmt is Format.json:
-        payload = report.to_json()
-        if accept is not None:
-            payload["accept"] = accept
-        text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
-    elif fmt is Format.markdown:
-        text = render_markdown(report, counts=counts, title=title, accept=accept)
-    else:
-        text = render_junit(report)
+    text = render_report(report, fmt.value, counts=counts, title=title, quiet=quiet, accept=accept)
     if output is None:
         sys.stdout.write(text)
     else:
@@ -128,7 +113,7 @@ def bless(
     else:
         out.print(f"{len(outcome.written)} written, {len(outcome.unchanged)} unchanged, {len(outcome.removed)} removed")
     if blessed.upgrade is not None:   # goldens of another toolchain rewritten: say what changed, for the commit
-        from xisa.render.formats import upgrade_commit_message
+        from xisa.render.review import upgrade_commit_message
 
         out.print("\nsuggested commit message:\n", markup=False)
         out.print(upgrade_commit_message(blessed.upgrade), markup=False, highlight=False, soft_wrap=True)
@@ -169,10 +154,11 @@ def merge(
 ) -> None:
     """Combine shard reports into one verdict; refuses shards that are not one complete, consistent selection."""
     from xisa.golden.merge import merge_reports
+    from xisa.golden.report_json import dumps
 
     merged = merge_reports(list(reports))
     if fmt == "json":
-        text = json.dumps(merged, indent=2, sort_keys=True) + "\n"
+        text = dumps(merged)
     else:
         lines = [f"{c['verdict']}: {CellKey(c['kernel'], c['case'], c['target'])}"
                  + (f": {c['message']}" if c["verdict"] == "cannot-launch" else "")   # names the resource and limit

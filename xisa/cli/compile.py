@@ -16,8 +16,9 @@ from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOptio
 from xisa.names import CellKey
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.render.progress import progress_reporter
-from xisa.render.formats import (compile_payload, error_block, loops_payload, render_compile_markdown, render_compile_table,
-                                 render_loops_text)
+from xisa.render.compiled import (compile_payload, loops_payload, render_compile_markdown, render_compile_table,
+                                  render_loops_text)
+from xisa.render.formats import error_block
 
 
 def compile_command(

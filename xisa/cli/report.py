@@ -40,7 +40,7 @@ def report(
     write_html(html_file, render_html(outcome.report, title=page_title, exit_code=outcome.exit_code, exit_note=note,
                                       accept=outcome.accept, loop_estimates=api.loop_estimates(outcome.report)))
     if not quiet:
-        from xisa.render.formats import summary_line
+        from xisa.render.review import summary_line
 
         stdout().print(summary_line(outcome.report), markup=False)
     stderr().print(f"wrote {html_file}", markup=False)

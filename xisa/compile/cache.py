@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from xisa.analyze.amdgcn import assembled_files
+from xisa.analyze.inline_asm import assembled_files
 from xisa.compile.installed import installed_digest
 from xisa.compile.reads import (compile_reads, dependency_digest, load_digest, note_compile_reads,
                                 reused_compile_reads)

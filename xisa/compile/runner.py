@@ -61,7 +61,7 @@ class RunOptions:
 TORCH_WITHOUT_NUMPY = r"Failed to initialize NumPy"
 
 
-def _warm() -> None:
+def import_compile_modules() -> None:
     """Import what every compile needs once, in the parent, so forked workers start warm."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=TORCH_WITHOUT_NUMPY, category=UserWarning)
@@ -98,7 +98,7 @@ def _die_with_parent() -> None:
 
 def _worker_main(conn) -> None:
     _die_with_parent()
-    _prepare_worker_toolchain()
+    prepare_worker_toolchain()
     while True:
         try:
             index = conn.recv()
@@ -109,7 +109,7 @@ def _worker_main(conn) -> None:
         conn.send(_compile_one(index))
 
 
-def _prepare_worker_toolchain() -> None:
+def prepare_worker_toolchain() -> None:
     """Triton as a default launch sees it: knobs from the (pinned) environment only, none set in code by
     the parent process; its cache writes fall back to a temp folder when the cache folder cannot take them."""
     from triton import knobs
@@ -233,7 +233,7 @@ def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
         fallback = _scratch_folder("xisa-triton-fallback-", cache_dir)
         apply_pinned_env(cache_dir, triton_cache=fresh or knob_triton_cache(cache_dir, options.knobs),
                          knobs=options.knobs)
-        _warm()
+        import_compile_modules()
         _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK = cells, list(roots), options.keep_stages, str(fallback)
         _PARENT_PID = os.getpid()
         yield from _pool(cells, todo, options)

@@ -2,12 +2,12 @@
 they are against a compile), compared cell by cell with the verdicts of `xisa check`.
 
 Side A plays the part the goldens play in a check (a verdict's `base`), side B the compile's (`head`):
-a compiled side A is written as goldens into a temporary folder and side B is judged against it, so every
-renderer of check and diff shows an A/B as it shows a check. Verdicts: `same`, `changed`, `error` (a side
+a compiled side A is judged as the goldens `xisa bless` would write for it (`GoldenSet.of_results`, in
+memory), so every renderer of check and diff shows an A/B as it shows a check. Verdicts: `same`, `changed`, `error` (a side
 failed to compile the cell: it cannot be compared), and with the goldens as side A also `new` (no golden)
 and `unused` (a golden without a cell). Expectations are not judged (`xisa check` under a side does).
 
-Pure: takes results and golden folders, returns an `AbReport`; compiling, processes and rendering live
+Pure: takes results and goldens read beforehand, returns an `AbReport`; compiling, processes and rendering live
 elsewhere.
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from xisa.compile.result import CellResult
+from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import (CHANGED, ERROR, JSON_SCHEMA_VERSION, NEW, RESOURCE_DELTA_KEYS, SAME, UNUSED,
                                  CellVerdict, CheckReport, build_report)
 
@@ -63,33 +63,23 @@ class Side:
 class AbReport(CheckReport):
     """A check report whose `base` side is A and `head` side B, with the two sides described."""
 
+    kind: ClassVar[str] = "ab"
     sides: list[Side] = field(default_factory=list)
 
     @property
     def isolation_violations(self) -> list[CellVerdict]:
         return []      # an A/B has no scope: a changed cell is its finding (exit 1), not an isolation breach
 
-    def to_json(self) -> dict[str, Any]:
-        cells = [verdict.to_json() for verdict in self.verdicts]   # each with its first changed stage
-        return {
-            "schema": JSON_SCHEMA_VERSION, "kind": "ab", "exit_code": self.exit_code, "counts": self.counts(),
-            "problems": list(self.problems), "sides": {side.label.lower(): side.to_json() for side in self.sides},
-            "selection": self.selection, "targets": [summary.to_json() for summary in target_summaries(self)],
-            "cells": cells,
-        }
 
-
-def judge_ab(b_results: list[CellResult], *, a_golden_dir: Path, a_errors: dict[str, str], a_is_goldens: bool,
-             display_root: Path, selected_targets: set[str], kernel_filters: list[str] | None,
+def judge_ab(b_results: list[CellResult], *, a_goldens: GoldenSet, a_errors: dict[str, str], a_is_goldens: bool,
+             selected_targets: set[str], kernel_filters: list[str] | None,
              sides: list[Side], selection: dict[str, Any] | None = None) -> AbReport:
-    """Side B's results against side A's goldens (`a_golden_dir`: the real ones, or side A's compile rendered
-    as goldens). `a_errors` maps a cell id to why side A could not compile it: such a cell is an error, never
-    `new`."""
+    """Side B's results against side A's goldens (`a_goldens`: the real ones, or side A's compile as goldens).
+    `a_errors` maps a cell id to why side A could not compile it: such a cell is an error, never `new`."""
     a_side = sides[0]
-    report = build_report(b_results, {}, golden_dir=a_golden_dir, display_root=display_root,
-                          selected_targets=selected_targets, kernel_filters=kernel_filters, scopes=[],
-                          toolchain={"triton": a_side.toolchain["triton"]} if "triton" in a_side.toolchain else {},
-                          launches=False)
+    report = build_report(b_results, {}, goldens=a_goldens, selected_targets=selected_targets,
+                          kernel_filters=kernel_filters, scopes=[], launches=False,
+                          toolchain={"triton": a_side.toolchain["triton"]} if "triton" in a_side.toolchain else {})
     for verdict in report.verdicts:
         head_failed = verdict.head is not None and not verdict.head.ok
         if verdict.id in a_errors:

@@ -6,17 +6,16 @@ base revision (its goldens, or its kernels compiled) and fails when a cell outsi
 appeared or disappeared. It also holds the head's goldens to the head's compile, whatever the scope,
 so a PR cannot merge goldens that the base branch's own `xisa check` would then reject.
 
-Pure: takes results and golden folders, returns a `CheckReport`; git, compiling and rendering live
+Pure: takes results and goldens read beforehand (`GoldenSet`), returns a `CheckReport`; git, compiling and rendering live
 elsewhere.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from xisa.analyze.expect import Failure
-from xisa.golden.store import list_goldens
+from xisa.golden.store import GoldenSet
 from xisa.names import CellKey
 from xisa.compile.result import CellResult
 from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, Scope, build_report
@@ -29,19 +28,17 @@ def base_record(revision: str, commit: str, *, compiled: bool) -> dict[str, Any]
 
 
 def judge_against_base(results: list[CellResult], failures: dict[str, list[Failure]], *, base: dict[str, Any],
-                       base_dir: Path, base_errors: dict[str, str], head_golden_dir: Path, display_root: Path,
+                       base_goldens: GoldenSet, base_errors: dict[str, str], head_goldens: GoldenSet,
                        selected_targets: set[str], scopes: list[str], toolchain: dict[str, str]) -> CheckReport:
-    """`results` are every cell of this tree (the gate takes no filter); `base_dir` holds the base's
-    goldens (read from git, or rendered from the base's compile); `base_errors` maps a cell id to the
+    """`results` are every cell of this tree (the gate takes no filter); `base_goldens` are the base's
+    goldens (read from git, or the base's compile as goldens); `base_errors` maps a cell id to the
     reason its base could not be compiled: such a cell cannot be judged, so it is an error (exit 2),
-    never a silent `new`."""
+    never a silent `new`. `head_goldens` are this tree's."""
     # Every base golden is judged, those of a target this tree no longer knows too (a PR that deletes a
     # project target file removes its cells): they are `removed`, never skipped.
-    judged_targets = selected_targets | {target for _, _, target in list_goldens(base_dir)}
-    owner = base["revision"] if base["compared"] == "goldens" else ""
-    report = build_report(results, failures, golden_dir=base_dir, display_root=base_dir.parent,
-                          selected_targets=judged_targets, kernel_filters=None, scopes=scopes, toolchain=toolchain,
-                          golden_owner=owner)
+    judged_targets = selected_targets | {target for _, _, target in base_goldens.keys()}
+    report = build_report(results, failures, goldens=base_goldens, selected_targets=judged_targets,
+                          kernel_filters=None, scopes=scopes, toolchain=toolchain)
     parsed = [Scope.parse(s) for s in scopes]
     name = base["revision"]
     judged = {v.id for v in report.verdicts}
@@ -66,22 +63,20 @@ def judge_against_base(results: list[CellResult], failures: dict[str, list[Failu
                                                message=f"the cell does not compile at {name}: {error}"))
     report.base = base
     # The base is compiled in repositories that keep no goldens: then there are none to hold.
-    if base["compared"] == "goldens" or list_goldens(head_golden_dir):
-        report.stale_goldens, problems = stale_goldens(results, head_golden_dir=head_golden_dir,
-                                                       display_root=display_root, selected_targets=selected_targets,
-                                                       toolchain=toolchain)
+    if base["compared"] == "goldens" or head_goldens.keys():
+        report.stale_goldens, problems = stale_goldens(results, head_goldens=head_goldens,
+                                                       selected_targets=selected_targets, toolchain=toolchain)
         report.problems += [p for p in problems if p not in report.problems]
     return report
 
 
-def stale_goldens(results: list[CellResult], *, head_golden_dir: Path, display_root: Path,
-                  selected_targets: set[str], toolchain: dict[str, str]) -> tuple[list[CellVerdict], list[str]]:
+def stale_goldens(results: list[CellResult], *, head_goldens: GoldenSet, selected_targets: set[str],
+                  toolchain: dict[str, str]) -> tuple[list[CellVerdict], list[str]]:
     """The head goldens that disagree with the head's compile (changed, missing, unused, corrupt, or made
     by another analyzer), and the whole-run problems found in them. A cell that fails to compile is
     reported once, by the comparison with the base."""
-    head = build_report(results, {}, golden_dir=head_golden_dir, display_root=display_root,
-                        selected_targets=selected_targets, kernel_filters=None, scopes=[], toolchain=toolchain,
-                        launches=False)   # the comparison with the base reports a cell that cannot launch
+    head = build_report(results, {}, goldens=head_goldens, selected_targets=selected_targets, kernel_filters=None,
+                        scopes=[], toolchain=toolchain, launches=False)   # the comparison with the base reports a cell that cannot launch
     stale = []
     for verdict in head.verdicts:
         if verdict.verdict == SAME or (verdict.verdict == ERROR and verdict.head is not None and not verdict.head.ok):

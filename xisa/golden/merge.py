@@ -1,267 +1,24 @@
 """Combine the JSON reports of `xisa check --shard I/N` into one verdict and exit code.
 
 Shard reports come from elsewhere (CI artifacts, another machine), so none is trusted: each is read
-strictly (every field of the schema with its type, no duplicate keys), every cell's verdict must be
-one of the known verdicts and agree with the cell's own data, and the shards must add up to exactly
-one selection: the same arguments, commit, goldens, toolchain and xisa version in every shard, each
-shard present once, and each cell of the selection in its own shard, none missing, none added.
-Anything else is refused with one line naming the file and the field (exit 2). The verdict is then
-decided by the check report's own exit policy (`CheckReport.exit_code`), as for an unsharded run.
-
-A small validator rather than a schema library: the checks that matter (a verdict against its
-data, a cell against its shard and the selection) are not schema checks, and the CLI stays free of
-pydantic's import time (~0.3 s).
+strictly by `xisa.golden.report_json` (every field with its type, each verdict against its cell's data),
+and the shards must add up to exactly one selection: the same arguments, commit, goldens, toolchain and
+xisa version in every shard, each shard present once, and each cell of the selection in its own shard,
+none missing, none added. Anything else is refused with one line naming the file and the field (exit 2).
+The verdict is then decided by the check report's own exit policy (`CheckReport.exit_code`), as for an
+unsharded run.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xisa.errors import GoldenError, UsageError
-from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, CellKey, is_valid_name
-from xisa.golden.verdict import JSON_SCHEMA_VERSION
+from xisa.errors import UsageError
+from xisa.golden.report_json import FIX, ShardReport, check_payload, read_shard_report
+from xisa.golden.verdict import UNUSED, CheckReport
 from xisa.spec.shard import shard_of
-from xisa.golden.verdict import (CANNOT_LAUNCH, CHANGED, ERROR, EXPECT_FAILED, NEW, RESOURCE_DELTA_KEYS, SAME, UNUSED,
-                                 CellVerdict, CheckReport, Scope, Verdict)
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_FIX = "merge the unchanged reports of one `xisa check --shard I/N --format json` run, every shard once"
-
-
-class _Invalid(Exception):
-    """A field of a report that is wrong: where (a field path) and what."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-# --- reading: strict JSON and typed fields ----------------------------------------------------------
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in data:
-            raise ValueError(f"duplicate key {key!r}")
-        data[key] = value
-    return data
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def load_report(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError("report not found", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise UsageError("not UTF-8 text: not a JSON report", path=str(path), fix=_FIX) from None
-    except OSError as exc:
-        raise UsageError(f"cannot read: {exc.strerror}", path=str(path)) from None
-    try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise UsageError(f"not a JSON report: {exc}", path=str(path), fix=_FIX) from None
-    if not isinstance(data, dict) or data.get("kind") != "check":
-        raise UsageError("not an `xisa check --format json` report", path=str(path), field="kind", fix=_FIX)
-    return data
-
-
-def _field(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str, *, optional: bool = False) -> Any:
-    """obj[key], which must be present and of one of `kinds` (an int is never a bool), or null if optional."""
-    name = f"{where}.{key}" if where else key
-    if key not in obj:
-        raise _Invalid(name, "missing")
-    value = obj[key]
-    if value is None and optional:
-        return None
-    if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-        wanted = " or ".join(k.__name__ for k in kinds) + (" or null" if optional else "")
-        raise _Invalid(name, f"must be {wanted}, got {type(value).__name__} {json.dumps(value)[:40]}")
-    return value
-
-
-def _list_of(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str, *, optional: bool = False) -> list | None:
-    values = _field(obj, key, (list,), where, optional=optional)
-    for index, value in enumerate(values or []):
-        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-            raise _Invalid(f"{where}.{key}[{index}]".lstrip("."), f"must be {' or '.join(k.__name__ for k in kinds)}")
-    return values
-
-
-def _sha256(obj: dict[str, Any], key: str, where: str) -> str | None:
-    value = _field(obj, key, (str,), where, optional=True)
-    if value is not None and not _SHA256.fullmatch(value):
-        raise _Invalid(f"{where}.{key}", "not a SHA-256")
-    return value
-
-
-# --- one report ------------------------------------------------------------------------------------
-
-@dataclass
-class _Shard:
-    path: Path
-    data: dict[str, Any]
-    index: int
-    count: int
-    report: CheckReport        # the cells' verdicts under the check report's own exit policy
-
-
-def _validate_selection(data: dict[str, Any]) -> dict[str, Any]:
-    selection = _field(data, "selection", (dict,), "")
-    arguments = _field(selection, "arguments", (dict,), "selection")
-    _list_of(arguments, "arch", (str,), "selection.arguments", optional=True)
-    _list_of(arguments, "kernel", (str,), "selection.arguments", optional=True)
-    _list_of(arguments, "specs", (str,), "selection.arguments")
-    _field(arguments, "golden", (str,), "selection.arguments")
-    _list_of(selection, "cells", (str,), "selection")
-    _field(selection, "commit", (str,), "selection", optional=True)
-    _sha256(selection, "golden_sha256", "selection")
-    _field(selection, "xisa_version", (str,), "selection")
-    return selection
-
-
-def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:
-    if not isinstance(cell, dict):
-        raise _Invalid(where, f"must be an object, got {type(cell).__name__}")
-    names = []
-    for key, pattern in (("kernel", KERNEL_NAME), ("case", CASE_NAME), ("target", TARGET_NAME)):
-        value = _field(cell, key, (str,), where)
-        if not is_valid_name(value, pattern):
-            raise _Invalid(f"{where}.{key}", f"{value[:40]!r} is not a {key} name")
-        names.append(value)
-    where = f"{where} ({CellKey(*names)})"
-    verdict = _field(cell, "verdict", (str,), where)
-    if verdict not in set(Verdict):
-        raise _Invalid(f"{where}.verdict", f"unknown verdict {verdict[:40]!r} (known: {', '.join(Verdict)})")
-    in_scope = _field(cell, "in_scope", (bool,), where)
-    if in_scope != any(scope.covers(*names) for scope in scopes):
-        raise _Invalid(f"{where}.in_scope", f"is {json.dumps(in_scope)}, but the report's scopes say otherwise")
-    message = _field(cell, "message", (str,), where)
-    _field(cell, "golden", (str,), where)
-    head, base = _sha256(cell, "head_sha256", where), _sha256(cell, "base_sha256", where)
-    head_code, base_code = _sha256(cell, "head_code_sha256", where), _sha256(cell, "base_code_sha256", where)
-    head_instructions = _field(cell, "head_instructions", (int,), where, optional=True)
-    base_instructions = _field(cell, "base_instructions", (int,), where, optional=True)
-    head_resources = _field(cell, "head_resources", (dict,), where, optional=True)
-    base_resources = _field(cell, "base_resources", (dict,), where, optional=True)
-    delta = _field(cell, "delta", (dict,), where, optional=True)
-    expectations = _list_of(cell, "expectations", (str,), where)
-    launch = _field(cell, "launch", (dict,), where, optional=True)
-    unlaunchable = launch is not None and _validate_launch(launch, f"{where}.launch")
-    if delta is not None:
-        _validate_delta(delta, f"{where}.delta")
-    has_head = (head, head_instructions, head_resources)
-    has_base = (base, base_instructions, base_resources)
-    # A verdict must follow from the cell's own data the way `build_report` decides it.
-    problem = None
-    if verdict in (SAME, CHANGED, NEW, EXPECT_FAILED, CANNOT_LAUNCH) and None in has_head:
-        problem = "has no head fingerprint, instructions or resources"
-    elif verdict in (SAME, CHANGED) and None in has_base:
-        problem = "has no golden fingerprint, instructions or resources"
-    elif verdict in (SAME, CHANGED):
-        # A changed cell's delta names every record key that differs (options, binding, ...), not only these.
-        differs = head != base or head_code != base_code or bool(delta and delta["fields"]) or any(
-            head_resources.get(key) != base_resources.get(key) for key in RESOURCE_DELTA_KEYS)
-        if differs != (verdict == CHANGED):
-            problem = "disagrees with the fingerprints and resources" + (" (they differ)" if differs else
-                                                                         " (they are equal)")
-        elif (delta is None) == (verdict == CHANGED):
-            problem = "disagrees with its delta"
-    elif verdict == NEW and any(value is not None for value in has_base):
-        problem = "has a golden"
-    elif verdict == UNUSED and any(value is not None for value in (*has_head, *has_base)):
-        problem = "has a head or golden fingerprint (an unused golden has no cell)"
-    if problem is None and (verdict == EXPECT_FAILED and not expectations
-                            or expectations and verdict not in (EXPECT_FAILED, CANNOT_LAUNCH)):
-        problem = "disagrees with its failed expectations"
-    # A head that cannot launch unexpectedly is `cannot-launch` (an error has no head to judge).
-    if problem is None and verdict != ERROR and (verdict == CANNOT_LAUNCH) != bool(unlaunchable):
-        problem = "disagrees with its launch"
-    if problem is not None:
-        raise _Invalid(f"{where}.verdict", f"{verdict!r} {problem}")
-    return CellVerdict(kernel=names[0], case=names[1], target=names[2], verdict=Verdict(verdict), in_scope=in_scope,
-                       message=message)
-
-
-def _validate_launch(launch: dict[str, Any], where: str) -> bool:
-    """A cell's `launch` checked; whether it says the cell cannot launch unexpectedly."""
-    launchable = _field(launch, "launchable", (bool,), where)
-    expected = _field(launch, "expected", (bool,), where, optional=True)
-    _field(launch, "target_file", (str,), where)
-    exceeds = _list_of(launch, "exceeds", (dict,), where)
-    for index, row in enumerate(exceeds):
-        for key, kinds in (("resource", (str,)), ("used", (int,)), ("limit", (int,)), ("per", (str,)),
-                           ("limit_key", (str,))):
-            _field(row, key, kinds, f"{where}.exceeds[{index}]")
-    if launchable == bool(exceeds):
-        raise _Invalid(f"{where}.launchable", f"is {json.dumps(launchable)} with {len(exceeds)} exceeded limit(s)")
-    return not launchable and expected is not False
-
-
-def _validate_delta(delta: dict[str, Any], where: str) -> None:
-    instructions = _list_of(delta, "instructions", (int,), where)
-    if len(instructions) != 2:
-        raise _Invalid(f"{where}.instructions", "must be [base, head]")
-    for index, row in enumerate(_list_of(delta, "histogram", (dict,), where)):
-        _field(row, "mnemonic", (str,), f"{where}.histogram[{index}]")
-        _field(row, "base", (int,), f"{where}.histogram[{index}]")
-        _field(row, "head", (int,), f"{where}.histogram[{index}]")
-    for key, pair in _field(delta, "resources", (dict,), where).items():
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise _Invalid(f"{where}.resources.{key}", "must be [base, head]")
-    _field(delta, "binding_changed", (bool,), where)
-    _list_of(delta, "fields", (str,), where)
-    _list_of(delta, "code_sections", (str,), where)
-
-
-def validate_report(path: Path, data: dict[str, Any]) -> _Shard:
-    """One shard report, every field checked; its verdicts under the check report's exit policy."""
-    try:
-        schema = _field(data, "schema", (int,), "")
-        if schema != JSON_SCHEMA_VERSION:
-            raise _Invalid("schema", f"schema {schema} is not {JSON_SCHEMA_VERSION}: made by another xisa version")
-        shard = _field(data, "shard", (list,), "", optional=True)
-        if shard is None:
-            raise _Invalid("shard", "the report is not from a sharded run (run `xisa check --shard I/N`)")
-        if (len(shard) != 2 or not all(isinstance(n, int) and not isinstance(n, bool) for n in shard)
-                or not 1 <= shard[0] <= shard[1]):
-            raise _Invalid("shard", f"{json.dumps(shard)[:40]} is not [I, N] with 1 <= I <= N")
-        toolchain = _field(data, "toolchain", (dict,), "")
-        if not all(isinstance(v, str) for v in toolchain.values()):
-            raise _Invalid("toolchain", "values must be strings")
-        scope_texts = _list_of(data, "scopes", (str,), "")
-        scopes = []
-        for index, text in enumerate(scope_texts):
-            try:
-                scopes.append(Scope.parse(text))
-            except GoldenError as exc:
-                raise _Invalid(f"scopes[{index}]", exc.detail) from None
-        problems = _list_of(data, "problems", (str,), "")
-        _validate_selection(data)
-        cells = _field(data, "cells", (list,), "")
-        verdicts = [_validate_cell(cell, f"cells[{index}]", scopes) for index, cell in enumerate(cells)]
-        report = CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains={}, scopes=scope_texts,
-                             problems=problems, shard=(shard[0], shard[1]))
-        # The summary fields must be what the cells say: an edited exit code or count is not a report.
-        for key, expected in (("counts", report.counts()), ("exit_code", report.exit_code),
-                              ("isolation_violated", [v.id for v in report.isolation_violations])):
-            value = _field(data, key, (type(expected),), "")
-            if value != expected:
-                raise _Invalid(key, f"{json.dumps(value)[:60]} disagrees with the cells ({json.dumps(expected)[:60]})")
-    except _Invalid as exc:
-        raise UsageError(exc.message, path=str(path), field=exc.field, fix=_FIX) from None
-    return _Shard(path=path, data=data, index=shard[0], count=shard[1], report=report)
-
-
-# --- the shards together -----------------------------------------------------------------------------
 
 def _first_difference(a: Any, b: Any, where: str) -> str | None:
     """The path of the first field where `a` and `b` differ, or None."""
@@ -278,26 +35,26 @@ _MIXED = {"toolchain": "the shards ran with different toolchains", "scopes": "th
           "selection": "the shards are not of one selection (arguments, commit, goldens or xisa version)"}
 
 
-def _refuse_mixed(shards: list[_Shard]) -> None:
+def _refuse_mixed(shards: list[ShardReport]) -> None:
     first = shards[0]
     for shard in shards[1:]:
         for key, meaning in _MIXED.items():
             field = _first_difference(first.data[key], shard.data[key], key)
             if field is not None:
                 raise UsageError(f"differs from {first.path}'s: {meaning}", path=str(shard.path), field=field,
-                                 fix=_FIX)
+                                 fix=FIX)
 
 
-def _refuse_missing_shards(shards: list[_Shard]) -> None:
+def _refuse_missing_shards(shards: list[ShardReport]) -> None:
     count = shards[0].count
     seen: dict[int, Path] = {}
     for shard in shards:
         if shard.count != count:
             raise UsageError(f"shard {shard.index}/{shard.count} does not belong with {shards[0].path}'s "
-                             f"{shards[0].index}/{count}", path=str(shard.path), field="shard", fix=_FIX)
+                             f"{shards[0].index}/{count}", path=str(shard.path), field="shard", fix=FIX)
         if shard.index in seen:
             raise UsageError(f"shard {shard.index}/{count} is given twice ({seen[shard.index]} and {shard.path})",
-                             path=str(shard.path), field="shard", fix=_FIX)
+                             path=str(shard.path), field="shard", fix=FIX)
         seen[shard.index] = shard.path
     missing = sorted(set(range(1, count + 1)) - set(seen))
     if missing:
@@ -305,7 +62,7 @@ def _refuse_missing_shards(shards: list[_Shard]) -> None:
                          fix="pass every shard's report")
 
 
-def _refuse_wrong_cells(shards: list[_Shard]) -> None:
+def _refuse_wrong_cells(shards: list[ShardReport]) -> None:
     """Each shard holds exactly its part of the selection (and unused goldens of its part)."""
     count = shards[0].count
     selected = shards[0].data["selection"]["cells"]
@@ -317,24 +74,24 @@ def _refuse_wrong_cells(shards: list[_Shard]) -> None:
             where = f"cells[{position}] ({verdict.id})"
             if shard_of(verdict.id, count) != shard.index - 1:
                 raise UsageError(f"belongs to shard {shard_of(verdict.id, count) + 1}/{count}, not {shard.index}/{count}",
-                                 path=str(shard.path), field=where, fix=_FIX)
+                                 path=str(shard.path), field=where, fix=FIX)
             if verdict.id in got:
-                raise UsageError("appears twice", path=str(shard.path), field=where, fix=_FIX)
+                raise UsageError("appears twice", path=str(shard.path), field=where, fix=FIX)
             got.add(verdict.id)
             if (verdict.verdict == UNUSED) == (verdict.id in selected_set):
                 problem = "is a selected cell, not an unused golden" if verdict.verdict == UNUSED else \
                     "is not in the selection"
-                raise UsageError(problem, path=str(shard.path), field=where, fix=_FIX)
+                raise UsageError(problem, path=str(shard.path), field=where, fix=FIX)
         absent = sorted(expected - got)
         if absent:
             raise UsageError(f"{len(absent)} cell(s) of the selection are missing, e.g. {absent[0]}",
-                             path=str(shard.path), field="cells", fix=_FIX)
+                             path=str(shard.path), field="cells", fix=FIX)
 
 
 def merge_reports(paths: list[Path]) -> dict[str, Any]:
     if not paths:
         raise UsageError("no reports given", field="REPORT", fix="xisa merge shard-1.json shard-2.json ...")
-    shards = [validate_report(path, load_report(path)) for path in paths]
+    shards = [read_shard_report(path) for path in paths]
     _refuse_missing_shards(shards)
     _refuse_mixed(shards)
     _refuse_wrong_cells(shards)
@@ -342,10 +99,7 @@ def merge_reports(paths: list[Path]) -> dict[str, Any]:
     order = sorted(((v, c) for s in shards for v, c in zip(s.report.verdicts, s.data["cells"])),
                    key=lambda pair: (pair[0].target, pair[0].kernel, pair[0].case))
     report = CheckReport(verdicts=[v for v, _ in order], toolchain=first["toolchain"], golden_toolchains={},
-                         scopes=first["scopes"], problems=sorted({p for s in shards for p in s.data["problems"]}))
-    return {
-        "schema": first["schema"], "kind": "check", "toolchain": report.toolchain, "scopes": report.scopes,
-        "shard": None, "selection": first["selection"], "problems": report.problems, "cells": [c for _, c in order],
-        "counts": report.counts(), "isolation_violated": [v.id for v in report.isolation_violations],
-        "exit_code": report.exit_code,
-    }
+                         scopes=first["scopes"], problems=sorted({p for s in shards for p in s.data["problems"]}),
+                         selection=first["selection"])
+    # The shards' own cell objects, each already read strictly; the summary recomputed from their verdicts.
+    return {**check_payload(report, cells=[c for _, c in order]), "schema": first["schema"]}

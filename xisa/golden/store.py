@@ -1,4 +1,5 @@
-"""Golden files: one YAML per (kernel, case, target) and the normalized stream beside it.
+"""Golden files: one YAML per (kernel, case, target) and the normalized stream beside it. This module alone
+knows where goldens lie; what one records is `xisa.golden.record`'s.
 
 Canonical YAML (sorted keys, no aliases, LF, no timestamps, no absolute paths), written through a
 temp file in the same folder and `os.replace`. A corrupt or hand-broken golden is an error, never
@@ -19,58 +20,20 @@ import re
 import signal
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xisa.analyze.model import Analysis
+import yaml
+
 from xisa.errors import GoldenError, LockError
 from xisa.fsio import refuse_link, write_temp
-from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, is_valid_name
+from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, display_path, is_valid_name
 from xisa.compile.result import CellResult
+from xisa.golden.record import FORMAT, Golden, cell_fields, parse_golden
 from xisa.yamlio import dump_yaml, parse_yaml
 
-FORMAT = "xisa-golden/1"
-# `generated_by` (the bless command) is no longer written: a golden is a function of its cell's result
-# alone. Goldens that still carry it are read as before.
-_REQUIRED = {"format": str, "toolchain": dict, "kernel": str, "case": str, "target": str,
-             "binding": dict, "options": dict, "sha256": str, "instructions": int, "blocks": int, "isa": str,
-             "histogram": dict, "base_histogram": dict, "classes": dict, "resources": dict}
-_CONFLICT = re.compile(r"^(<{7}|={7}|>{7})( |$)", re.MULTILINE)
-# The top-level `lines:` key and its block (items `- ` at column 0, their fields indented), as `dump_yaml` writes it.
-_LINES_BLOCK = re.compile(r"^lines:.*\n(?:[ -].*\n)*", re.MULTILINE)
 PENDING_SUFFIX = ".pending"
-
-
-@dataclass
-class Golden:
-    path: Path
-    data: dict[str, Any]              # everything but the source-line table
-    stream_text: str | None
-    # The `lines:` block's YAML text, parsed only when asked (`source_lines`): a changed cell's attribution
-    # and bless need it, a byte-identical check does not, and parsing it would double a warm check's reads.
-    lines_text: str | None = None
-    display: str = ""
-    _lines: list[dict[str, Any]] | None = field(default=None, repr=False)
-
-    @property
-    def toolchain(self) -> dict[str, str]:
-        return self.data["toolchain"]
-
-    def source_lines(self) -> list[dict[str, Any]] | None:
-        """The golden's source-line table (`lines:`), or None when it has none (blessed before xisa recorded
-        them). A malformed table is this golden's error."""
-        if self._lines is None and self.lines_text is not None:
-            rows = parse_yaml(self.lines_text, path=self.display, error=GoldenError).get("lines")
-            if not _valid_lines(rows):
-                raise GoldenError("not a list of source lines (loc, text, count, histogram: the histogram adding up "
-                                  "to the count) (hand-edited?)", path=self.display, field="lines",
-                                  fix="restore it from git, or delete the `lines:` block (it is optional)")
-            self._lines = rows
-        return self._lines
-
-    def analysis(self) -> Analysis:
-        return Analysis.from_record(self.data, self.stream_text or "")
 
 
 def golden_paths(golden_dir: Path, kernel: str, case: str, target: str) -> tuple[Path, Path]:
@@ -90,42 +53,6 @@ def _pending(yaml_path: Path) -> Path:
     return yaml_path.with_name(yaml_path.name + PENDING_SUFFIX)
 
 
-# The keys of a golden that are not its cell's compile result: the layout (`format`, `stream`), the toolchain (judged
-# on its own: another toolchain is an untrusted run, not a changed cell) and the side tables that explain a change
-# without deciding one (`stages`, `lines`). Every other key is the cell: if it differs, bless would rewrite the
-# golden, so check may not call the cell the same (`cell_differences`).
-NOT_THE_CELL = frozenset({"format", "toolchain", "stream", "stages", "lines", "generated_by"})
-
-
-def cell_record(result: CellResult) -> dict[str, Any]:
-    """What a golden of `result` records about the cell itself: the golden's data minus `NOT_THE_CELL`, with
-    values as its YAML reads back (lists, not tuples)."""
-    return {k: _as_read_back(v) for k, v in _cell_fields(result).items() if k not in NOT_THE_CELL}
-
-
-def _cell_fields(result: CellResult) -> dict[str, Any]:
-    analysis = result.analysis
-    assert analysis is not None
-    return {"kernel": result.kernel, "case": result.case, "target": result.target,
-            "binding": result.binding, "options": result.options, **analysis.to_record()}
-
-
-def _as_read_back(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [_as_read_back(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _as_read_back(v) for k, v in value.items()}
-    return value
-
-
-def cell_differences(golden_data: Mapping[str, Any], result: CellResult) -> list[str]:
-    """The keys of the cell's record in which a golden and a compile differ (sorted): empty exactly when bless would
-    leave the golden's cell as it is."""
-    head = cell_record(result)
-    base = {k: v for k, v in golden_data.items() if k not in NOT_THE_CELL}
-    return sorted(k for k in set(head) | set(base) if head.get(k) != base.get(k))
-
-
 def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file: bool,
                   stages: Mapping[str, str] | None = None,
                   lines: list[Mapping[str, Any]] | None = None) -> tuple[str, str | None]:
@@ -136,7 +63,7 @@ def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file:
     for the source-line table (`[]`: none)."""
     analysis = result.analysis
     assert analysis is not None
-    record = _cell_fields(result)
+    record = cell_fields(result)
     record.pop("stages", None)
     record.pop("lines", None)
     stages = analysis.stages if stages is None else stages
@@ -170,74 +97,19 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
         raise GoldenError("not UTF-8 text: corrupt golden", path=display, fix="restore it from git or re-bless") from None
     except OSError as exc:
         raise GoldenError(f"cannot read: {exc.strerror}", path=display) from None
-    conflict = _CONFLICT.search(text)
-    if conflict:
-        line = text.count("\n", 0, conflict.start()) + 1
-        raise GoldenError(f"merge conflict markers at line {line}", path=display,
-                          fix="resolve the conflict, or run `xisa bless` for this cell and review the result")
-    blocks = _LINES_BLOCK.findall(text)
-    if len(blocks) > 1:
-        raise GoldenError("duplicate key `lines`", path=display, field="lines", fix="restore it from git or re-bless")
-    lines_text = blocks[0] if blocks else None
-    data = parse_yaml(_LINES_BLOCK.sub("", text) if blocks else text, path=display, error=GoldenError)
-    if not isinstance(data, dict):
-        raise GoldenError("not a golden mapping (truncated or hand-edited?)", path=display, fix="restore it or re-bless")
-    if data.get("format") != FORMAT:
-        raise GoldenError(f"format {data.get('format')!r} is not {FORMAT!r}", path=display, field="format",
-                          fix="re-bless with this xisa version")
-    for key, kind in _REQUIRED.items():
-        value = data.get(key)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise GoldenError(f"missing or not a {kind.__name__} (truncated or hand-edited?)", path=display,
-                              field=key, fix="restore it from git or re-bless")
-    if not re.fullmatch(r"[0-9a-f]{64}", data["sha256"]):
-        raise GoldenError("not a SHA-256", path=display, field="sha256")
-    # Absent in goldens of analyzer 1: `check` reports those as made by another analyzer.
-    if data.get("code_sha256") is not None and not re.fullmatch(r"[0-9a-f]{64}", str(data["code_sha256"])):
-        raise GoldenError("not a SHA-256", path=display, field="code_sha256")
-    sections = data.get("code_sections")   # absent in goldens of analyzer 1 and 2
-    if sections is not None and not (isinstance(sections, dict) and all(
-            isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]+", v) for k, v in sections.items())):
-        raise GoldenError("not a mapping of code-object sections to digests (hand-edited?)", path=display,
-                          field="code_sections", fix="restore it from git or re-bless")
-    analyzer = data.get("analyzer", 1)
-    if not isinstance(analyzer, int) or isinstance(analyzer, bool) or analyzer < 1:
-        raise GoldenError("not a positive integer (hand-edited?)", path=display, field="analyzer",
-                          fix="restore it from git or re-bless")
-    stages = data.get("stages")   # absent in goldens blessed before xisa recorded stage fingerprints
-    if stages is not None and not (isinstance(stages, dict) and stages and all(
-            isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for k, v in stages.items())):
-        raise GoldenError("not a mapping of stage names to SHA-256 fingerprints (hand-edited?)", path=display,
-                          field="stages", fix="restore it from git, or delete the `stages:` block (it is optional)")
-    if sum(v for v in data["histogram"].values() if isinstance(v, int)) != data["instructions"]:
-        raise GoldenError("histogram does not add up to `instructions` (hand-edited?)", path=display,
-                          field="histogram", fix="restore it from git or re-bless")
-    stream_text = None
-    if data.get("stream"):
-        stream_display = str(Path(display).with_name(stream_path.name))
-        refuse_link(stream_path)
-        try:
-            stream_text = stream_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise GoldenError("stream file is missing", path=stream_display, fix="restore it or re-bless") from None
-        except (OSError, UnicodeDecodeError):
-            raise GoldenError("stream file cannot be read", path=stream_display) from None
-        if hashlib.sha256(stream_text.encode("utf-8")).hexdigest() != data["sha256"]:
-            raise GoldenError(f"stream file disagrees with the SHA-256 in {Path(display).name}", path=stream_display,
-                              fix="restore both files from git or re-bless")
-    return Golden(path=path, data=data, stream_text=stream_text, lines_text=lines_text, display=display)
+    return parse_golden(path, text, display=display, stream_name=stream_path.name,
+                         read_stream=lambda: _read_stream(stream_path, display))
 
 
-def _valid_lines(rows: Any) -> bool:
-    def count(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-    return isinstance(rows, list) and all(
-        isinstance(row, dict) and isinstance(row.get("loc"), str) and isinstance(row.get("text"), str)
-        and count(row.get("count")) and isinstance(row.get("histogram"), dict)
-        and all(isinstance(k, str) and count(v) for k, v in row["histogram"].items())
-        and sum(row["histogram"].values()) == row["count"] for row in rows
-    )
+def _read_stream(stream_path: Path, display: str) -> str:
+    stream_display = str(Path(display).with_name(stream_path.name))
+    refuse_link(stream_path)
+    try:
+        return stream_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GoldenError("stream file is missing", path=stream_display, fix="restore it or re-bless") from None
+    except (OSError, UnicodeDecodeError):
+        raise GoldenError("stream file cannot be read", path=stream_display) from None
 
 
 _TOOLCHAIN_BLOCK = re.compile(r"^toolchain:\n((?:  [a-z_]+: .*\n)+)", re.MULTILINE)
@@ -283,6 +155,137 @@ def list_goldens(golden_dir: Path) -> list[tuple[str, str, str]]:
     """(kernel, case, target) of every golden YAML on disk."""
     return [(path.parent.parent.name, path.parent.name, path.stem) for path in _golden_files(golden_dir)
             if path.suffix == ".yaml" and path.is_file()]
+
+
+Key = tuple[str, str, str]     # (kernel, case, target)
+
+
+@dataclass
+class GoldenEntry:
+    """One cell's golden as a judgement sees it: how outputs name its YAML, the golden (None: there is none)
+    or why it cannot be read."""
+
+    display: str
+    golden: Golden | None = None
+    error: GoldenError | None = None
+
+
+@dataclass
+class GoldenSet:
+    """The goldens a judgement compares with, each read once, before judging: the cells' own (`entry`) and
+    every golden the set holds (`keys`, for the unused ones). Read from a folder (`read`) or made from
+    compiled results in memory (`of_results`: a compiled side is judged as goldens without writing any).
+    `owner` names the revision they were read from (a PR gate's base), where re-blessing cannot fix them."""
+
+    entries: dict[Key, GoldenEntry]
+    listed: list[Key]
+    displays: dict[Key, str | GoldenError]     # each listed golden's name in outputs, or why it has none
+    owner: str = ""
+
+    @classmethod
+    def read(cls, golden_dir: Path, keys: list[Key], *, display_root: Path, owner: str = "") -> "GoldenSet":
+        """The goldens of `keys` read from `golden_dir` (a link on the way is refused: GoldenError), and the
+        keys of every golden there. Outputs name each `owner:path` (`main:golden/...`) or its path from
+        `display_root`."""
+        def show(path: Path) -> str:
+            return f"{owner}:" * bool(owner) + display_path(path, display_root)
+
+        entries: dict[Key, GoldenEntry] = {}
+        for key in keys:
+            yaml_path, stream_path = golden_paths(golden_dir, *key)
+            entry = entries[key] = GoldenEntry(display=show(yaml_path))
+            if yaml_path.exists():
+                try:
+                    entry.golden = read_golden(yaml_path, stream_path, display=entry.display)
+                except GoldenError as exc:
+                    entry.error = exc
+        listed = list_goldens(golden_dir)
+        displays: dict[Key, str | GoldenError] = {}
+        for key in listed:
+            try:
+                displays[key] = entries[key].display if key in entries else show(golden_paths(golden_dir, *key)[0])
+            except GoldenError as exc:   # a folder name that cannot be a cell's: refused if it is ever named
+                displays[key] = exc
+        return cls(entries=entries, listed=listed, displays=displays, owner=owner)
+
+    @classmethod
+    def for_results(cls, golden_dir: Path, results: list[CellResult], *, display_root: Path,
+                    owner: str = "") -> "GoldenSet":
+        """`read` for the cells of `results`."""
+        return cls.read(golden_dir, [(r.kernel, r.case, r.target) for r in results], display_root=display_root,
+                        owner=owner)
+
+    @classmethod
+    def of_results(cls, results: list[CellResult], toolchains: Mapping[str, dict[str, str]]) -> "GoldenSet":
+        """The goldens `xisa bless` would write for the compiled `results` (each with its target's toolchain
+        facts, its stream), as a folder `golden/` of them would read back; failed results have none."""
+        entries: dict[Key, GoldenEntry] = {}
+        for result in results:
+            if not result.ok:
+                continue
+            key = (result.kernel, result.case, result.target)
+            golden_paths(Path("golden"), *key)   # names that cannot be paths are refused, as for a folder
+            relative = Path("golden", result.kernel, result.case, f"{result.target}.yaml")
+            yaml_text, stream_text = render_golden(result, toolchain=toolchains[result.target], stream_file=True)
+            golden = parse_golden(relative, yaml_text, display=str(relative), stream_name=f"{result.target}.isa",
+                                   read_stream=lambda text=stream_text: text or "")
+            entries[key] = GoldenEntry(display=str(relative), golden=golden)
+        listed = sorted(entries)
+        return cls(entries=entries, listed=listed, displays={key: entries[key].display for key in listed})
+
+    def entry(self, key: Key) -> GoldenEntry:
+        """A cell's golden; a cell the set was not read for has none."""
+        return self.entries.get(key) or GoldenEntry(display="")
+
+    def keys(self) -> list[Key]:
+        """(kernel, case, target) of every golden the set holds, in folder order."""
+        return list(self.listed)
+
+    def display(self, key: Key) -> str:
+        """How outputs name a listed golden's YAML."""
+        shown = self.displays[key]
+        if isinstance(shown, GoldenError):
+            raise shown
+        return shown
+
+
+def recorded_toolchain(golden_dir: Path, key: Key) -> dict[str, str] | None:
+    """The toolchain a cell's golden records (`read_golden_toolchain`), None when it has none."""
+    return read_golden_toolchain(golden_paths(golden_dir, *key)[0])
+
+
+def golden_files(yaml_file: str) -> tuple[str, str]:
+    """A golden's two files, named as its YAML is named (`golden/k/c/t.yaml` -> that and `golden/k/c/t.isa`)."""
+    return yaml_file, yaml_file[:-len(".yaml")] + ".isa"
+
+
+def scan_golden_toolchains(golden_dir: Path, *, display_root: Path | None = None) -> dict[str, Any]:
+    """Count the goldens per Triton version (and AMD codegen revision, ptxas version) from their `toolchain`."""
+    triton: dict[str, int] = {}
+    codegen: dict[str, int] = {}
+    ptxas: dict[str, int] = {}
+    unreadable: list[str] = []
+    files = sorted(golden_dir.glob("**/*.yaml")) if golden_dir.is_dir() else []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    def show(path: Path) -> str:
+        return display_path(path, display_root or golden_dir.parent)
+
+    for path in files:
+        try:
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+            chain = data.get("toolchain") if isinstance(data, dict) else None
+            if not isinstance(chain, dict) or "triton" not in chain:
+                raise ValueError("no toolchain")
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
+            unreadable.append(show(path))
+            continue
+        for counter, key in ((triton, "triton"), (codegen, "amd_codegen"), (ptxas, "ptxas")):
+            if chain.get(key) is not None:
+                counter[str(chain[key])] = counter.get(str(chain[key]), 0) + 1
+    return {"dir": show(golden_dir), "files": len(files), "triton": dict(sorted(triton.items())),
+            "amd_codegen": dict(sorted(codegen.items())), "ptxas": dict(sorted(ptxas.items())),
+            "unreadable": unreadable}
 
 
 def golden_set_digest(golden_dir: Path) -> str:

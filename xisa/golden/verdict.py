@@ -1,6 +1,7 @@
 """Verdicts: every selected cell against its golden, with scopes and expectations.
 
-Pure: takes results and goldens, returns a report object; rendering and writing live elsewhere.
+Pure: takes results and goldens read beforehand (`xisa.golden.store.GoldenSet`), returns a report object;
+reading goldens, rendering and writing live elsewhere. One cell: `judge_cell`; a selection: `build_report`.
 """
 
 from __future__ import annotations
@@ -8,8 +9,7 @@ from __future__ import annotations
 import enum
 import fnmatch
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from xisa.analyze import ANALYZER_VERSION
 from xisa.analyze.backends import COMPARED_RESOURCES, backend_of_isa
@@ -20,8 +20,9 @@ from xisa.analyze.loops import LoopChange, analysis_loops, loop_changes
 from xisa.analyze.stages import StageAttribution
 from xisa.compile.result import CellResult
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, ParseError, UsageError
-from xisa.golden.store import Golden, cell_differences, golden_paths, list_goldens, read_golden
-from xisa.names import CellKey, NamedByCell, closest, display_path
+from xisa.golden.record import Golden, cell_differences
+from xisa.golden.store import GoldenEntry, GoldenSet
+from xisa.names import CellKey, NamedByCell, closest
 from xisa.spec.cases import matches_kernel_filter
 from xisa.spec.shard import shard_of
 
@@ -121,7 +122,7 @@ class Delta:
     binding: list[tuple[str, Any, Any]] = field(default_factory=list)
     # The loops whose counts differ (`xisa.analyze.loops`), found only for a cell whose stream changed.
     loops: list[LoopChange] = field(default_factory=list)
-    # The keys of the cell's record that differ (`store.cell_differences`): any one makes the cell changed.
+    # The keys of the cell's record that differ (`record.cell_differences`): any one makes the cell changed.
     fields: list[str] = field(default_factory=list)
     # The parts of the code object whose digests differ (`codeobject.changed_sections`: sections, `(header)`).
     code_sections: list[str] = field(default_factory=list)
@@ -141,15 +142,6 @@ class Delta:
     @property
     def binding_changed(self) -> bool:
         return bool(self.binding)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"instructions": list(self.instructions),
-                "histogram": [{"mnemonic": m, "base": b, "head": h} for m, b, h in self.histogram],
-                "resources": {k: list(v) for k, v in self.resources.items()},
-                "binding_changed": self.binding_changed,
-                "binding": [{"field": k, "base": b, "head": h} for k, b, h in self.binding],
-                "loops": [change.to_json() for change in self.loops],
-                "fields": list(self.fields), "code_sections": list(self.code_sections)}
 
 
 @dataclass
@@ -188,34 +180,12 @@ class CellVerdict(NamedByCell):
         """The head's `Launch` (whether a workgroup fits the target), None where nothing compiled."""
         return self.head.launch if self.head is not None else None
 
-    def to_json(self) -> dict[str, Any]:
-        head = self.head.analysis if self.head and self.head.analysis else None
-        base = self.base.data if self.base else None
-        return {
-            "kernel": self.kernel, "case": self.case, "target": self.target, "verdict": self.verdict,
-            "in_scope": self.in_scope, "message": self.message, "golden": self.golden_file,
-            "head_sha256": head.sha256 if head else None, "base_sha256": base["sha256"] if base else None,
-            "head_code_sha256": head.code_sha256 if head else None,
-            "base_code_sha256": base.get("code_sha256") if base else None,
-            "head_instructions": head.instructions if head else None,
-            "base_instructions": base["instructions"] if base else None,
-            "head_resources": dict(head.resources) if head else None,
-            "base_resources": dict(base["resources"]) if base else None,
-            "delta": self.delta.to_json() if self.delta else None,
-            "expectations": [str(f) for f in self.expectations],
-            "launch": self.launch.to_json() if self.launch else None,
-            "cached": self.head.cached if self.head else None,
-            "head_stages": dict(head.stages) if head else None,
-            "base_stages": dict(base.get("stages") or {}) if base else None,
-            "first_changed_stage": self.stages.first if self.stages else None,
-            "stage_note": self.stages.phrase() if self.stages else None,
-            # the changed cell's instruction changes per source line, edited first; null: a side has no table
-            "line_changes": [c.to_json() for c in self.lines] if self.lines is not None else None,
-        }
-
 
 @dataclass
 class CheckReport:
+    """Every cell's verdict and what the run was judged against; its JSON is `xisa.golden.report_json`'s."""
+
+    kind: ClassVar[str] = "check"              # the report's kind: its JSON's `kind`, its renderers' key
     verdicts: list[CellVerdict]
     toolchain: dict[str, str]
     golden_toolchains: dict[str, list[str]]     # triton version -> golden files made with it
@@ -243,18 +213,6 @@ class CheckReport:
         for v in self.verdicts:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
         return dict(sorted(counts.items()))
-
-    def to_json(self) -> dict[str, Any]:
-
-        return {
-            "schema": JSON_SCHEMA_VERSION, "kind": "check", "toolchain": self.toolchain, "scopes": self.scopes,
-            "shard": list(self.shard) if self.shard else None, "selection": self.selection,
-            "exit_code": self.exit_code, "counts": self.counts(), "problems": list(self.problems),
-            "isolation_violated": [v.id for v in self.isolation_violations],
-            "cells": [v.to_json() for v in self.verdicts],
-            **({"base": self.base, "stale_goldens": [v.to_json() for v in self.stale_goldens]}
-               if self.base is not None else {}),
-        }
 
 
 def compute_delta(base: dict[str, Any], head_result: CellResult) -> Delta:
@@ -333,82 +291,81 @@ def matches_filters(kernel: str, case: str, target: str, targets: set[str], kern
                                                             for f in kernel_filters))
 
 
-def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, golden_dir: Path,
-                 display_root: Path, selected_targets: set[str], kernel_filters: list[str] | None,
-                 scopes: list[str], toolchain: dict[str, str], shard: tuple[int, int] | None = None,
-                 selection: dict[str, Any] | None = None, golden_owner: str = "",
-                 launches: bool = True) -> CheckReport:
-    """`golden_owner` names the revision the goldens are read from (a PR gate's base), where re-blessing
-    cannot fix them; `launches=False` compares with the goldens only (no `cannot-launch` verdict)."""
-    parsed_scopes = [Scope.parse(s) for s in scopes]
-    verdicts: list[CellVerdict] = []
-    golden_toolchains: dict[str, list[str]] = {}
-    golden_analyzers: dict[int, list[str]] = {}   # analyzer version -> golden files made by another one
-    problems: list[str] = []
+def other_analyzer(golden: Golden) -> int | None:
+    """The version of xisa's analyzer that made `golden`, when it is not this one (None: this one)."""
+    made_by = golden.data.get("analyzer", 1)
+    return made_by if made_by != ANALYZER_VERSION else None
 
-    def show(path: Path) -> str:   # a base's golden as git names it (`main:golden/...`), not this tree's file
-        return f"{golden_owner}:" * bool(golden_owner) + display_path(path, display_root)
 
-    seen: set[tuple[str, str, str]] = set()
-    for result in results:
-        key = (result.kernel, result.case, result.target)
-        seen.add(key)
-        yaml_path, stream_path = golden_paths(golden_dir, *key)
-        verdict = CellVerdict(kernel=result.kernel, case=result.case, target=result.target, verdict=SAME,
-                              golden_file=show(yaml_path), head=result,
-                              in_scope=any(s.covers(*key) for s in parsed_scopes))
-        verdicts.append(verdict)
-        golden = None
-        if yaml_path.exists():
-            try:
-                golden = read_golden(yaml_path, stream_path, display=show(yaml_path))
-                verdict.base = golden
-                golden_toolchains.setdefault(golden.toolchain.get("triton", "?"), []).append(show(yaml_path))
-            except GoldenError as exc:
-                verdict.verdict, verdict.message = ERROR, f"corrupt golden: {exc}"
-                continue
-        if not result.ok:
-            verdict.verdict, verdict.message = ERROR, result.error or "compile failed"
-            continue
-        made_by = golden.data.get("analyzer", 1) if golden else ANALYZER_VERSION
-        if made_by != ANALYZER_VERSION:
-            # Counted or normalized another way: a difference would not be a kernel change. Not
-            # compared; the one line in `problems` says why and what to do.
-            golden_analyzers.setdefault(made_by, []).append(show(yaml_path))
-            verdict.verdict = ERROR
-            continue
-        verdict.expectations = failures.get(result.id, [])
-        if golden is None:
-            verdict.verdict, verdict.message = NEW, "no golden (run `xisa bless` to record it)"
-        else:
-            delta = compute_delta(golden.data, result)
-            if delta.fields:
-                verdict.verdict, verdict.delta = CHANGED, delta
-                verdict.message = "changed in scope" if verdict.in_scope else "changed outside the declared scope"
-                unseen = delta.unseen_change()
-                if unseen:
-                    verdict.message += f": {unseen}"
-                verdict.stages = stage_attribution(golden.data, result)
-                if "sha256" in delta.fields and golden.stream_text:
-                    delta.loops = changed_loops(golden, result)
-                verdict.lines = source_line_changes(golden, result)
-        if verdict.expectations:
-            verdict.verdict = EXPECT_FAILED
-            verdict.message = "; ".join(str(f) for f in verdict.expectations)
-        if launches and result.launch is not None and result.launch.unexpected:
-            # Whatever its code did, the cell would not run there: that is said first.
-            verdict.verdict = CANNOT_LAUNCH
-            verdict.message = "; ".join([f"cannot launch: {result.launch.reason()}",
-                                         *(str(f) for f in verdict.expectations)])
-    for key in list_goldens(golden_dir):
+def judge_cell(result: CellResult, entry: GoldenEntry, *, failures: list[Failure], in_scope: bool,
+               launches: bool = True) -> CellVerdict:
+    """One cell's compile against its golden (`entry`: the golden, none, or why it cannot be read). No I/O.
+    `launches=False` compares with the golden only (no `cannot-launch` verdict)."""
+    verdict = CellVerdict(kernel=result.kernel, case=result.case, target=result.target, verdict=SAME,
+                          golden_file=entry.display, head=result, in_scope=in_scope, base=entry.golden)
+    golden = entry.golden
+    if entry.error is not None:
+        verdict.verdict, verdict.message = ERROR, f"corrupt golden: {entry.error}"
+        return verdict
+    if not result.ok:
+        verdict.verdict, verdict.message = ERROR, result.error or "compile failed"
+        return verdict
+    if golden is not None and other_analyzer(golden) is not None:
+        # Counted or normalized another way: a difference would not be a kernel change. Not
+        # compared; the one line in the report's `problems` says why and what to do.
+        verdict.verdict = ERROR
+        return verdict
+    verdict.expectations = failures
+    if golden is None:
+        verdict.verdict, verdict.message = NEW, "no golden (run `xisa bless` to record it)"
+    else:
+        _compare(verdict, golden, result)
+    if verdict.expectations:
+        verdict.verdict = EXPECT_FAILED
+        verdict.message = "; ".join(str(f) for f in verdict.expectations)
+    if launches and result.launch is not None and result.launch.unexpected:
+        # Whatever its code did, the cell would not run there: that is said first.
+        verdict.verdict = CANNOT_LAUNCH
+        verdict.message = "; ".join([f"cannot launch: {result.launch.reason()}",
+                                     *(str(f) for f in verdict.expectations)])
+    return verdict
+
+
+def _compare(verdict: CellVerdict, golden: Golden, result: CellResult) -> None:
+    """A compile against its golden: changed when any field of the cell's record differs, with what explains it."""
+    delta = compute_delta(golden.data, result)
+    if not delta.fields:
+        return
+    verdict.verdict, verdict.delta = CHANGED, delta
+    verdict.message = "changed in scope" if verdict.in_scope else "changed outside the declared scope"
+    unseen = delta.unseen_change()
+    if unseen:
+        verdict.message += f": {unseen}"
+    verdict.stages = stage_attribution(golden.data, result)
+    if "sha256" in delta.fields and golden.stream_text:
+        delta.loops = changed_loops(golden, result)
+    verdict.lines = source_line_changes(golden, result)
+
+
+def unused_goldens(goldens: GoldenSet, seen: set[tuple[str, str, str]], *, selected_targets: set[str],
+                   kernel_filters: list[str] | None, shard: tuple[int, int] | None) -> list[CellVerdict]:
+    """The goldens inside the selection (and shard) that no cell has."""
+    unused = []
+    for key in goldens.keys():
         if key in seen or not matches_filters(*key, selected_targets, kernel_filters):
             continue
         if shard is not None and shard_of(str(CellKey(*key)), shard[1]) != shard[0] - 1:
             continue
-        yaml_path, _ = golden_paths(golden_dir, *key)
-        verdicts.append(CellVerdict(kernel=key[0], case=key[1], target=key[2], verdict=UNUSED,
-                                    golden_file=show(yaml_path), message="golden with no cell (run `xisa bless` to remove it)"))
-    installed = toolchain.get("triton")
+        unused.append(CellVerdict(kernel=key[0], case=key[1], target=key[2], verdict=UNUSED,
+                                  golden_file=goldens.display(key),
+                                  message="golden with no cell (run `xisa bless` to remove it)"))
+    return unused
+
+
+def golden_problems(golden_toolchains: dict[str, list[str]], golden_analyzers: dict[int, list[str]], *,
+                    installed: str | None, owner: str) -> list[str]:
+    """Why goldens cannot be compared with this compile: made with another Triton, or by another analyzer."""
+    problems = []
     others = {v: files for v, files in golden_toolchains.items() if v != installed}
     if others:
         version, files = next(iter(sorted(others.items())))
@@ -416,13 +373,41 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                         f"{installed} is installed: fingerprints cannot be compared (fix: install triton=={version} "
                         f"or re-bless with {installed})")
     for version in sorted(golden_analyzers):
-        if golden_owner:
-            problems.append(f"the goldens of {golden_owner} were made by xisa's analyzer {version}, this xisa is "
+        if owner:
+            problems.append(f"the goldens of {owner} were made by xisa's analyzer {version}, this xisa is "
                             f"{ANALYZER_VERSION}: they cannot be compared with this compile (fix: judge against "
-                            f"{golden_owner} compiled by this xisa, --compile-base)")
+                            f"{owner} compiled by this xisa, --compile-base)")
         else:
             problems.append(f"goldens were made by xisa's analyzer {version}, this xisa is {ANALYZER_VERSION}: "
                             "re-bless with `xisa bless`")
+    return problems
+
+
+def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, goldens: GoldenSet,
+                 selected_targets: set[str], kernel_filters: list[str] | None, scopes: list[str],
+                 toolchain: dict[str, str], shard: tuple[int, int] | None = None,
+                 selection: dict[str, Any] | None = None, launches: bool = True) -> CheckReport:
+    """Every result against its golden in `goldens` (read beforehand), and the goldens of the selection no
+    cell has. No I/O. `launches=False` compares with the goldens only (no `cannot-launch` verdict)."""
+    parsed_scopes = [Scope.parse(s) for s in scopes]
+    verdicts: list[CellVerdict] = []
+    golden_toolchains: dict[str, list[str]] = {}
+    golden_analyzers: dict[int, list[str]] = {}   # analyzer version -> golden files made by another one
+    for result in results:
+        key = (result.kernel, result.case, result.target)
+        entry = goldens.entry(key)
+        verdict = judge_cell(result, entry, failures=failures.get(result.id, []), launches=launches,
+                             in_scope=any(s.covers(*key) for s in parsed_scopes))
+        verdicts.append(verdict)
+        if entry.golden is not None:
+            golden_toolchains.setdefault(entry.golden.toolchain.get("triton", "?"), []).append(entry.display)
+            if result.ok and other_analyzer(entry.golden) is not None:
+                golden_analyzers.setdefault(other_analyzer(entry.golden), []).append(entry.display)
+    seen = {(r.kernel, r.case, r.target) for r in results}
+    verdicts += unused_goldens(goldens, seen, selected_targets=selected_targets, kernel_filters=kernel_filters,
+                               shard=shard)
+    problems = golden_problems(golden_toolchains, golden_analyzers, installed=toolchain.get("triton"),
+                               owner=goldens.owner)
     verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
     return CheckReport(verdicts=verdicts, toolchain=toolchain, golden_toolchains=golden_toolchains, scopes=scopes,
                        problems=problems, shard=shard, selection=selection)

@@ -217,7 +217,7 @@ def _page_head(title: str) -> str:
 def _page_header(report: CheckReport, *, title: str, code: int, exit_note: str, accept: list[str] | None) -> str:
     """The title, the summary, the exit code and what it rests on, the sides of an A/B, what cannot be
     trusted, the isolation violations and the commands that accept the goldens."""
-    from xisa.render.formats import summary_line
+    from xisa.render.review import summary_line
 
     out = [f"<header><h1>{_e(title)}</h1>\n", f"<p class=\"summary\" id=\"summary\">{_e(summary_line(report))}</p>\n"]
     exit_label = EXIT_LABEL.get(code, str(code))

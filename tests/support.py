@@ -1,0 +1,160 @@
+"""What tests share that is not a fixture: the repository's paths, running the real `xisa` command (in a
+process of its own or in this one), copies of the bundled corpus and of tinyproj, files and git. Imported
+as `from support import ...` (pytest puts tests/ on sys.path for its conftest); fixtures are conftest.py's."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+def _golden_toolchain_skip():
+    """The repo's goldens are made with one Triton; under another one they are a toolchain difference."""
+    from importlib.metadata import version
+
+    from xisa.compile.toolchain import GOLDEN_TRITON
+
+    installed = version("triton")
+    return pytest.mark.skipif(installed != GOLDEN_TRITON, reason=f"the repo's goldens are made with Triton "
+                              f"{GOLDEN_TRITON}; {installed} is installed (xisa check reports that, exit 2)")
+
+
+needs_golden_toolchain = _golden_toolchain_skip()
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+
+def _xisa_env(cache: Path | None, env: dict[str, str] | None) -> dict[str, str]:
+    """The caller's environment as a user's shell would hand it over: no CI or NO_COLOR, wide lines."""
+    full = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}
+    if cache is not None:
+        full["XISA_CACHE_DIR"] = str(cache)
+    full["COLUMNS"] = "250"
+    full.update(env or {})
+    return full
+
+
+def xisa_process(*args: str, cwd: Path, cache: Path | None = None, env: dict[str, str] | None = None,
+                 timeout: float = 900, entry_point: bool = False) -> Outcome:
+    """Run xisa in a process of its own: `python -m xisa`, or with `entry_point` the installed `xisa` script,
+    as a user and .ci/run call it (its sys.path, part of the cache key, is then theirs: its results warm
+    the `xisa check` that .ci/run runs after the tests)."""
+    script = Path(sys.executable).with_name("xisa")
+    command = [str(script)] if entry_point and script.exists() else [sys.executable, "-m", "xisa"]
+    proc = subprocess.run([*command, *args], cwd=cwd, env=_xisa_env(cache, env), capture_output=True, text=True,
+                          timeout=timeout)
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+
+def xisa_in_process(*args: str, cwd: Path, cache: Path | None = None, env: dict[str, str] | None = None) -> Outcome:
+    """`xisa.cli.main(args)` in this process, for input refused before anything compiles: the same error
+    boundary and exit codes as the command, without a process start per case. The working directory,
+    environment and signal handlers are restored after it."""
+    import xisa.cli
+
+    saved_env, saved_cwd, saved_path = dict(os.environ), os.getcwd(), list(sys.path)
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        os.environ.clear()
+        os.environ.update(_xisa_env(cache, env))
+        os.chdir(cwd)
+        sys.path.insert(0, str(Path(cwd).resolve()))   # as `python -m xisa` has it
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                xisa.cli.main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.path[:] = saved_path
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return Outcome(code, out.getvalue(), err.getvalue())
+
+
+def copy_corpus(dest: Path) -> Path:
+    """A copy of the bundled corpus (kernels, goldens, targets, pyproject.toml) at `dest`, to edit freely."""
+    for name in ("kernels", "golden", "targets"):
+        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", ".xisa.lock"))
+    shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+def write_files(root: Path, files: dict[str, str]) -> Path:
+    """Each `relative path: text` of `files` written under `root` (folders made); returns `root`."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+_ONE_CASE_SPEC = """name: {name}
+{where}
+function: kern
+targets: [{targets}]
+cases:
+  - name: c
+    args: {{x_ptr: '*fp32', y_ptr: '*fp32'}}
+    constexprs: {{BLOCK: 64}}
+"""
+
+
+def one_case_spec(name: str, where: str, targets: str = "gfx942") -> str:
+    """A spec of `kern(x_ptr, y_ptr, BLOCK)` with one case `c`; `where` is its `source:` or `module:` line."""
+    return _ONE_CASE_SPEC.format(name=name, where=where, targets=targets)
+
+
+def count_as_installed(monkeypatch, folder: Path) -> None:
+    """Make `folder` a site folder, as site-packages is (its files installed, not the project's), on sys.path;
+    undo with `monkeypatch.undo()` and `forget_installed()`."""
+    from xisa.compile import reads
+
+    environment = reads.environment_roots()
+    monkeypatch.setattr(reads, "environment_roots", lambda: (*environment, os.path.join(str(folder), "")))
+    reads.in_environment.cache_clear()
+    monkeypatch.syspath_prepend(str(folder))
+
+
+def forget_installed() -> None:
+    from xisa.compile import reads
+
+    reads.in_environment.cache_clear()
+
+
+def copy_tinyproj(dest: Path) -> Path:
+    """A copy of tests/fixtures/tinyproj at `dest`: two kernels, three targets, a gfx11-only branch."""
+    shutil.copytree(FIXTURES / "tinyproj", dest)
+    return dest
+
+
+def git(repo: Path, *args: str) -> str:
+    """`git ARGS` in `repo` as a fixed author; fails the test on a non-zero exit."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@a"}
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def gfx11_branch_change(project: Path) -> None:
+    """Edit only the kernel branch of tinyproj that gfx11 targets compile (GFX11_PATH=True)."""
+    source = project / "kernels" / "scale.py"
+    source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))
