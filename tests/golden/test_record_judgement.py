@@ -17,6 +17,7 @@ import pytest
 from xisa.analyze.model import Analysis
 from xisa.compile.result import CellResult
 from xisa.golden.bless import bless
+from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import build_report
 
 TOOLCHAIN = {"triton": "3.8.0"}
@@ -68,10 +69,13 @@ MUTATIONS = {
 
 def _judge(tmp_path: Path, head: CellResult):
     golden = tmp_path / "golden"
-    common = dict(golden_dir=golden, display_root=tmp_path, selected_targets={"gfx942"}, kernel_filters=None)
-    bless([BASE], toolchains={"gfx942": TOOLCHAIN}, stream_files=True, **common)
-    report = build_report([head], {}, scopes=[], toolchain=TOOLCHAIN, **common)
-    outcome = bless([head], toolchains={"gfx942": TOOLCHAIN}, stream_files=True, **common)
+    common = dict(selected_targets={"gfx942"}, kernel_filters=None)
+    bless([BASE], golden_dir=golden, display_root=tmp_path, toolchains={"gfx942": TOOLCHAIN}, stream_files=True,
+          **common)
+    goldens = GoldenSet.for_results(golden, [head], display_root=tmp_path)
+    report = build_report([head], {}, goldens=goldens, scopes=[], toolchain=TOOLCHAIN, **common)
+    outcome = bless([head], golden_dir=golden, display_root=tmp_path, toolchains={"gfx942": TOOLCHAIN},
+                    stream_files=True, **common)
     return report.verdicts[0], outcome
 
 

@@ -133,9 +133,14 @@ def launch_metadata(metadata, options) -> dict:
     """Triton's compiled metadata minus the options (recorded as such) and `_NOT_LAUNCH_METADATA`: what the
     launcher takes from it besides the code object (`shared`, `global_scratch_size`, `tmem_size`, ...), whatever
     fields the installed Triton has."""
-    fields = metadata._asdict() if hasattr(metadata, "_asdict") else dict(vars(metadata))
-    skip = _NOT_LAUNCH_METADATA | set(vars(options))
+    fields = _fields(metadata)
+    skip = _NOT_LAUNCH_METADATA | set(_fields(options))
     return {key: plain(value) for key, value in sorted(fields.items()) if key not in skip}
+
+
+def _fields(record) -> dict:
+    """A backend's options dataclass, or the namedtuple of a launched kernel's metadata (`xisa device`), as a dict."""
+    return record._asdict() if hasattr(record, "_asdict") else dict(vars(record))
 
 
 class SourceFiles:

@@ -144,10 +144,12 @@ def diff_bindings(aot: dict[str, Any], launch: dict[str, Any]) -> list[str]:
 
 
 def launch_fingerprint(cell: Cell, launch: Launch) -> str:
+    """The `code_sha256` of the code object the launch loaded (`xisa.analyze.codeobject`), as an ahead-of-time
+    cell's is taken."""
     from xisa.compile.cell import analyze_compiled
 
     compiled = launch.compiled
-    return analyze_compiled(cell, compiled, compiled.metadata).sha256
+    return analyze_compiled(cell, compiled, compiled.metadata).code_sha256
 
 
 def fresh_launch_cache() -> str:

@@ -142,7 +142,7 @@ def _run(chosen: list[Target], cells: list[Cell], *, devices: list[Device], root
         if not aot_result.ok:
             result.status, result.message = "error", f"ahead-of-time compile failed: {aot_result.error}"
             continue
-        result.aot_sha256 = aot_result.analysis.sha256
+        result.aot_sha256 = aot_result.analysis.code_sha256   # the code object: the verdict's ground truth
         try:
             result.launch_sha256 = launch_fingerprint(cell, launch)
             result.launch_binding = launch_binding(cell, launch).signature_record()
