@@ -23,6 +23,7 @@ import xisa.compile.toolchain
 from xisa.golden import bless as bless_module
 from xisa.analyze.amdgcn import analyze_amdgcn
 from xisa.errors import GoldenError, SpecError, ToolchainError, XisaError
+from xisa.compile.toolchain import TRITON_CACHE_FOLDER
 from xisa.golden.store import golden_paths, read_golden, render_golden
 from xisa.names import CASE_NAME, KERNEL_NAME, MAX_NAME_LENGTH, check_name
 from xisa.compile.result import CellResult
@@ -593,7 +594,7 @@ def test_sharded_and_unsharded_fingerprints_are_identical(run_xisa, tinyproj):
 
 def test_triton_cache_cold_and_warm_give_the_same_fingerprints(run_xisa, tinyproj, tmp_path):
     env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
-    triton_cache = tmp_path / "cache" / "triton"
+    triton_cache = tmp_path / "cache" / TRITON_CACHE_FOLDER
     results = tmp_path / "cache" / "results"   # removed before each run, so Triton's cache is what is tested
     cold = run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj, env=env)
     assert cold.code == 0, cold.err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
@@ -125,8 +126,11 @@ def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -
 
 
 # Metadata fields that are not what a launch reads: Triton's cache key (it holds paths), its version (a golden's
-# toolchain), the libraries' absolute paths, the target (the cell's own).
+# toolchain), the libraries' absolute paths, the target (the cell's own). Triton 3.8 also copies the codegen
+# variables it compiled under into the metadata (`AMDGCN_USE_BUFFER_OPS: 'true'`, upper-case keys) for its cache:
+# no launcher reads them, xisa pins them (`xisa.compile.toolchain`), and what they change shows in the code object.
 _NOT_LAUNCH_METADATA = frozenset({"hash", "triton_version", "extern_libs", "target"})
+_ENVIRONMENT_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 def launch_metadata(metadata, options) -> dict:
@@ -135,7 +139,8 @@ def launch_metadata(metadata, options) -> dict:
     fields the installed Triton has."""
     fields = _fields(metadata)
     skip = _NOT_LAUNCH_METADATA | set(_fields(options))
-    return {key: plain(value) for key, value in sorted(fields.items()) if key not in skip}
+    return {key: plain(value) for key, value in sorted(fields.items())
+            if key not in skip and not _ENVIRONMENT_KEY.match(key)}
 
 
 def _fields(record) -> dict:
