@@ -63,9 +63,10 @@ class Backend:
     # The tool that prints `assembly` from `binary` with line information (None: Triton's own `asm[assembly]`).
     assembly_tool: tuple[str, ...] | None
     tools: tuple[str, ...]          # the programs its compiles and analysis run (`xisa doctor` looks for them)
-    # Whether those programs must run with address-space randomization off to give the same output twice
-    # (`xisa.compile.cell.fixed_addresses`): ptxas-blackwell's register allocation follows heap addresses.
-    tools_need_fixed_addresses: bool
+    # Whether its assembler must get the same input and the same addresses to give the same output
+    # (`xisa.compile.cell.canonical_ptxas`): ptxas-blackwell's register allocation follows heap addresses and the
+    # source paths in the PTX, so it runs with address randomization off and project-relative paths.
+    canonical_tool_inputs: bool
     base_mnemonic: Callable[[str], str]        # `v_add_f32_e32` -> `v_add_f32`, `HMMA.16816.F32` -> `HMMA`
     # The resource keys its analysis reports: those an expectation may name first, in the order
     # messages list them, then those only shown.
@@ -176,7 +177,7 @@ AMD = Backend(
     stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"),
     fingerprinted_stages=("ttir", "ttgir", "llir", "amdgcn", "hsaco"),   # hsaco: its `code_sha256`
     assembly="amdgcn", binary="hsaco", binary_tool=None, assembly_tool=None,   # the amdgcn keeps `.loc`
-    tools=("ld.lld",), tools_need_fixed_addresses=False,
+    tools=("ld.lld",), canonical_tool_inputs=False,
     base_mnemonic=amdgcn.base_mnemonic,
     resources=("vgprs", "agprs", "sgprs", "vgpr_spills", "sgpr_spills", "scratch_bytes", "lds_bytes", "occupancy",
                "llvm_occupancy", "kernarg_bytes", "wavefront_size"),
@@ -215,7 +216,7 @@ NVIDIA = Backend(
     # Triton's `asm["sass"]` (cuobjdump -sass) has no line information; nvdisasm -gi prints the same code with
     # `//## File "...", line N [inlined at ...]` comments (the source lines; dropped from the stream like every comment).
     assembly_tool=("nvdisasm", "-c", "-gi"), tools=("ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm"),
-    tools_need_fixed_addresses=True,
+    canonical_tool_inputs=True,
     base_mnemonic=sass.base_mnemonic,
     resources=("registers", "stack_bytes", "local_bytes", "lds_bytes", "occupancy", "llvm_occupancy"),
     # AMD's scratch (private segment: spills and stack) is NVIDIA's per-thread stack plus local memory.

@@ -39,7 +39,7 @@ from xisa.compile.toolchain import PINNED_ENV, TRITON_CACHE_FOLDER, knobs_digest
 CACHE_FORMAT = 2
 RESULTS = "results"
 TRITON = TRITON_CACHE_FOLDER   # Triton's own cache, private to xisa (xisa.compile.toolchain)
-_OLD_TRITON = ("triton",)      # what older xisa called it: `xisa cache clear` removes it too
+_OLD_TRITON = ("triton", "triton-2")   # what older xisa called it: `xisa cache clear` removes those too
 TIMINGS = "timings.json"
 TRITON_ENTRY_READS = "xisa-reads.json"   # in each Triton cache entry: the files its compile read
 

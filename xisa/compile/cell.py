@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -43,7 +44,7 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
             bound = bind_cell(cell, fn)
             result.binding = bound.signature_record()
             result.options = bound.options_record()
-            compiled = _triton_compile(bound, cell.target)
+            compiled = _triton_compile(bound, cell.target, roots)
         result.analysis = analyze_compiled(cell, compiled, bound.options, roots=roots)
         result.status = "ok"
         if keep_stages:   # for `--emit`: every stage, the assembly as Triton spells it
@@ -96,15 +97,47 @@ def _randomization_off_system_wide() -> bool:
         return False
 
 
-def _triton_compile(bound, target):
+def _triton_compile(bound, target, roots):
     import triton
     from triton.compiler import ASTSource
 
-    if target.handler.tools_need_fixed_addresses:
-        fixed_addresses()
-
     source = ASTSource(bound.fn, bound.signature, bound.constexprs, bound.attrs)
-    return triton.compile(source, target=bound.target, options=vars(bound.options))
+    if not target.handler.canonical_tool_inputs:
+        return triton.compile(source, target=bound.target, options=vars(bound.options))
+    fixed_addresses()
+    with canonical_ptxas(SourceFiles(roots).path_of):
+        return triton.compile(source, target=bound.target, options=vars(bound.options))
+
+
+# A `.file` directive of the PTX: its quoted paths (LLVM may write the folder and the name apart).
+_PTX_FILE_LINE = re.compile(r"^[ \t]*\.file[ \t].*$", re.MULTILINE)
+_QUOTED_ABSOLUTE = re.compile(r'"(/[^"]*)"')
+
+
+@contextlib.contextmanager
+def canonical_ptxas(path_of):
+    """While Triton compiles here, ptxas gets the PTX with each `.file` path as `path_of` shows it (project- or
+    site-packages-relative), not the checkout's absolute path.
+
+    Measured with Triton 3.8.0's ptxas-blackwell (targets/sm_100.yaml): with randomization off, the PTX of
+    gemm:bf16_4k with its paths under /tmp/newuser/repo gets another register allocation than under /work/main
+    or eight other folders: the allocation follows the path strings, which only feed line information. So a
+    cell's code does not depend on where the checkout is; the cubin's line information names relative paths.
+    Only ptxas's input changes: Triton's `ptx` stage, its cache key and everything before are untouched."""
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    original = CUDABackend.make_cubin
+
+    def make_cubin(self, src, metadata, opt, capability):
+        relative = _PTX_FILE_LINE.sub(
+            lambda line: _QUOTED_ABSOLUTE.sub(lambda m: '"' + path_of(m.group(1)) + '"', line.group(0)), src)
+        return original(self, relative, metadata, opt, capability)
+
+    CUDABackend.make_cubin = make_cubin
+    try:
+        yield
+    finally:
+        CUDABackend.make_cubin = original
 
 
 def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -> Analysis:

@@ -18,9 +18,10 @@ from xisa.errors import ToolchainError
 SUPPORTED_TRITON = ((3, 6), (3, 9))  # inclusive minor range
 GOLDEN_TRITON = "3.8.0"              # the version this repository's goldens are made with
 # The folder of Triton's own cache inside xisa's. Its entries outlive xisa's results, so one made by an xisa that
-# compiled otherwise must not be found: "triton-2" holds only cubins that ptxas made with address randomization
-# off (xisa.compile.cell.fixed_addresses).
-TRITON_CACHE_FOLDER = "triton-2"
+# compiled otherwise must not be found: "triton-3" holds only cubins that ptxas made with address randomization
+# off and project-relative source paths (xisa.compile.cell.fixed_addresses, canonical_ptxas), which Triton's own
+# key does not know of.
+TRITON_CACHE_FOLDER = "triton-3"
 
 # Every environment variable the installed Triton reads, classified once: its knobs (`triton.knobs`) and
 # the variables its C++ side folds into its cache key (`get_cache_invalidating_env_vars`). A variable
