@@ -183,3 +183,20 @@ def test_a_debug_kernel_names_its_source_path_in_its_data_so_a_move_is_a_change(
         digests_a = codeobject.short_digests(codeobject.section_digests(first[target]))
         digests_b = codeobject.short_digests(codeobject.section_digests(second[target]))
         assert set(codeobject.changed_sections(digests_a, digests_b)) & {".rodata", ".nv.global.init"}
+
+
+def test_ptxas_gets_the_ptx_with_relative_source_paths_and_nothing_else_changed():
+    """ptxas-blackwell's allocation follows the `.file` strings (xisa.compile.cell.canonical_ptxas)."""
+    from xisa.compile.cell import relative_ptx
+
+    ptx = ('.version 8.7\n.target sm_100a\n\t.file\t1 "/home/u/proj/kernels/k.py"\n'
+           '\t.file\t2 "/home/u/proj/.venv/lib/python3.11/site-packages/triton/language" "standard.py"\n'
+           '\tmov.u32 %r1, "/not/a/file/directive";\n\t.loc\t1 12 7\n')
+    shown = {"/home/u/proj/kernels/k.py": "kernels/k.py",
+             "/home/u/proj/.venv/lib/python3.11/site-packages/triton/language": "triton/language"}
+    out = relative_ptx(ptx, shown.__getitem__)
+    assert '.file\t1 "kernels/k.py"' in out and '.file\t2 "triton/language" "standard.py"' in out
+    assert out.replace('"kernels/k.py"', "").replace('"triton/language"', "") == \
+        ptx.replace('"/home/u/proj/kernels/k.py"', "").replace(
+            '"/home/u/proj/.venv/lib/python3.11/site-packages/triton/language"', "")
+    assert '"/not/a/file/directive"' in out

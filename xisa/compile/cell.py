@@ -114,6 +114,12 @@ _PTX_FILE_LINE = re.compile(r"^[ \t]*\.file[ \t].*$", re.MULTILINE)
 _QUOTED_ABSOLUTE = re.compile(r'"(/[^"]*)"')
 
 
+def relative_ptx(ptx: str, path_of) -> str:
+    """`ptx` with every absolute path of its `.file` directives as `path_of` shows it; nothing else changes."""
+    return _PTX_FILE_LINE.sub(
+        lambda line: _QUOTED_ABSOLUTE.sub(lambda m: '"' + path_of(m.group(1)) + '"', line.group(0)), ptx)
+
+
 @contextlib.contextmanager
 def canonical_ptxas(path_of):
     """While Triton compiles here, ptxas gets the PTX with each `.file` path as `path_of` shows it (project- or
@@ -129,9 +135,7 @@ def canonical_ptxas(path_of):
     original = CUDABackend.make_cubin
 
     def make_cubin(self, src, metadata, opt, capability):
-        relative = _PTX_FILE_LINE.sub(
-            lambda line: _QUOTED_ABSOLUTE.sub(lambda m: '"' + path_of(m.group(1)) + '"', line.group(0)), src)
-        return original(self, relative, metadata, opt, capability)
+        return original(self, relative_ptx(src, path_of), metadata, opt, capability)
 
     CUDABackend.make_cubin = make_cubin
     try:
