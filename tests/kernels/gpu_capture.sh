@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: capture real launches, compile the captured cases ahead of time, and compare
-# each one's cubin with the cubins the launches themselves compiled (byte for byte). Two programs:
+# each one's cubin with the cubins the launches themselves compiled (byte for byte outside debug information:
+# xisa hands ptxas project-relative source paths, a launch its checkout's absolute ones). Two programs:
 #   1. tests/kernels/spec_launches.py with every hand-written sm_90 cell of kernels/*.yaml (their runtime checks);
 #   2. examples/liger/run_liger.py, Liger Kernel from a wheel in $WHEELS (an adopter's library, `module:` specs).
 # Then `xisa device --arch sm_90` (hand-written cells: launch fingerprint = ahead-of-time fingerprint).
 #     tests/kernels/gpu_capture.sh OUT_DIR          (WHEELS: a folder of wheels to install offline, optional)
-# Prints one summary line per program: "<program>: N captured cells, M with a launch cubin byte-identical".
+# Prints one summary line per program: "<program>: N captured cells, M with a launch cubin identical outside
+# debug information".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: gpu_capture.sh OUT_DIR}
@@ -27,16 +29,17 @@ compare() {   # NAME PROJECT LAUNCH_CACHE: each captured cell's AOT cubin agains
     (cd "$project" && aot compile --spec captured --arch sm_90 --emit "$work/aot-$name" --json) \
         > "$out/$name-compile.json" 2> "$out/$name-compile.err"
     "$python" - "$name" "$work/aot-$name" "$launches" "$out/$name-compile.json" <<'EOF'
-import hashlib, json, sys
+import json, sys
 from pathlib import Path
+from xisa.analyze.codeobject import code_sha256   # the code object outside debug information (xisa's verdict)
 name, aot, launches, report = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
-digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()
+digest = lambda p: code_sha256(p.read_bytes())
 launched = {digest(p) for p in launches.rglob("*.cubin")}
 cells = json.loads(report.read_text())["cells"]
 matched = [c for c in cells if c["status"] == "ok" and any(
     digest(p) in launched for p in (aot / c["kernel"] / c["case"] / "sm_90").glob("*.cubin"))]
 missing = [f'{c["kernel"]}:{c["case"]} ({c["status"]})' for c in cells if c not in matched]
-print(f"{name}: {len(cells)} captured cells, {len(matched)} with a launch cubin byte-identical"
+print(f"{name}: {len(cells)} captured cells, {len(matched)} with a launch cubin identical outside debug information"
       + (f"; not matched: {', '.join(missing)}" if missing else ""))
 EOF
 }
