@@ -134,8 +134,8 @@ def canonical_ptxas(path_of):
 
     original = CUDABackend.make_cubin
 
-    def make_cubin(self, src, metadata, opt, capability):
-        return original(self, relative_ptx(src, path_of), metadata, opt, capability)
+    def make_cubin(self, src, *args, **kwargs):   # (src, metadata, opt, capability) on Triton 3.6 to 3.9
+        return original(self, relative_ptx(src, path_of), *args, **kwargs)
 
     CUDABackend.make_cubin = make_cubin
     try:
