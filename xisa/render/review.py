@@ -17,7 +17,7 @@ from xisa.analyze.stages import RECORD_COMMAND
 from xisa.golden.ab import largest_resource_changes, target_summaries
 from xisa.golden.store import golden_files
 from xisa.golden.verdict import Verdict
-from xisa.render.formats import NO_ANALYSIS_ISA, arrow, error_block, fitted_table, plural
+from xisa.render.formats import NO_ANALYSIS_ISA, arrow, cells_phrase, error_block, fitted_table, grouped_by_message, plural
 
 # The check and diff tables: one register count, spills or private memory, LDS, occupancy (keys
 # as `measure` reads them: scratch_bytes on NVIDIA is stack + local bytes).
@@ -294,9 +294,11 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
             if v.stages is not None:   # a changed cell: where its instructions changed, by source line
                 for line in line_change_lines(v):
                     console.print(Text(line))
-    for v in report.verdicts:
-        if v.message and (Verdict(v.verdict).explained or v.verdict == Verdict.NEW):
-            console.print(Text(error_block(f"{v.verdict}: {v.id}", v.message), style=_VERDICT_STYLE.get(v.verdict, "")))
+    explained = [v for v in report.verdicts if v.message and (Verdict(v.verdict).explained or v.verdict == Verdict.NEW)]
+    for verdict in dict.fromkeys(v.verdict for v in explained):   # one block per verdict and message
+        for ids, message in grouped_by_message([(v.id, v.message) for v in explained if v.verdict == verdict]):
+            console.print(Text(error_block(f"{verdict}: {cells_phrase(ids)}", message),
+                               style=_VERDICT_STYLE.get(verdict, "")))
     for v in report.stale_goldens:
         console.print(Text(f"stale golden: {v.id}: {v.message}", style="red"))
     for problem in report.problems:
