@@ -103,6 +103,11 @@ def test_targets_and_kernels_list(run_xisa, tinyproj):
     assert payload["schema"] == 1 and payload["kind"] == "targets"
     names = {t["name"] for t in payload["targets"]}
     assert {"gfx1100", "gfx1200", "gfx1201", "gfx942", "gfx950"} <= names
+    text = run_xisa("targets", cwd=tinyproj, env={"COLUMNS": "200"})   # the README: "the known targets and their tables"
+    assert text.code == 0 and "hip: occupancy tables" in text.out and "cuda: occupancy tables" in text.out
+    gfx950 = next(line for line in text.out.splitlines() if "gfx950" in line and "163840" in line)
+    assert [cell.strip() for cell in gfx950.split("│")[1:-1]] == \
+        ["gfx950", "8", "512", "512", "unified", "800", "16", "8", "4", "163840", "163840"]
     out = run_xisa("kernels", cwd=tinyproj)
     assert out.code == 0 and "2 kernels, 3 cases, 8 cells" in out.out
     kernels = json.loads(run_xisa("kernels", "--json", cwd=tinyproj).out)
