@@ -88,6 +88,7 @@ def test_markdown_has_the_per_target_table_and_html_names_the_sides(run_xisa, ti
     assert re.search(r"^\| gfx942 \| 1 \| 0 \| 1 \| 0 \| \d+", out.out, re.M)
     html = page.read_text()
     assert 'id="side-a"' in html and "B = this Python" in html and "AMDGCN_USE_BUFFER_OPS=0" in html
+    assert '<p class="outcome exit-1" id="outcome">fail: 1 cell differs between the sides</p>' in html
 
 
 def test_goldens_as_side_a(run_xisa, tinyproj):

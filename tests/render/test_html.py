@@ -86,6 +86,42 @@ def test_everything_is_escaped_and_nothing_is_fetched():
     assert "<link" not in page and "@import" not in page
 
 
+def _outcome(page: str) -> str:
+    match = re.search(r'<p class="outcome exit-(\d)" id="outcome">(.*?)</p>', page)
+    assert match and page.count('id="outcome"') == 1
+    return f"{match.group(1)} " + re.sub(r"<[^>]+>", "", match.group(2))
+
+
+def test_one_header_line_says_the_outcome_and_why():
+    changed = [_verdict("k", f"c{i}", "gfx942", changed=True) for i in range(13)]
+    elsewhere = [_verdict("k", "c0", "gfx90a", changed=True), _verdict("k", "c1", "sm_90", changed=True)]
+    same = [_verdict("k", "c0", "gfx950", changed=False)]
+    for v in changed:
+        v.in_scope = True
+    scoped = CheckReport(verdicts=[*changed, *same], toolchain={"triton": "3.8.0"}, golden_toolchains={},
+                         scopes=["gfx942"])
+    assert _outcome(render_html(scoped)) == "0 pass: 13 changed cells, all in scope gfx942"
+    leaked = CheckReport(verdicts=[*changed, *elsewhere, *same], toolchain={"triton": "3.8.0"}, golden_toolchains={},
+                         scopes=["gfx942"])
+    page = render_html(leaked)
+    assert _outcome(page) == ("1 fail: 2 cells changed outside the declared scope gfx942: "
+                              "k:c0@gfx90a, k:c1@sm_90")
+    assert "isolation violated" not in page and "(pass)" not in page
+    # The same cells against a base revision: reported, not failed; the one line says so.
+    leaked.base = {"revision": "origin/main", "commit": "0" * 40, "compared": "goldens"}
+    assert _outcome(render_html(leaked, exit_code=0)) == (
+        "0 pass: 2 cells changed outside the declared scope gfx942, reported and not failed against --base "
+        "origin/main: k:c0@gfx90a, k:c1@sm_90")
+    assert _outcome(render_html(_report(same * 1))) == "0 pass: 1 cell byte-identical"
+    assert _outcome(render_html(_report([*same, _verdict("k", "c1", "gfx950", changed=False)]))) == \
+        "0 pass: all 2 cells byte-identical"
+    broken = _verdict("k", "c2", "gfx950", changed=False)
+    broken.verdict, broken.message = "error", "CompilationError: no"
+    assert _outcome(render_html(_report([*same, broken]))) == "2 untrusted: 1 cell could not be judged (error)"
+    many = [_verdict("k", f"c{i}", "gfx90a", changed=True) for i in range(20)]
+    assert _outcome(render_html(_report(many))).endswith("k:c11@gfx90a and 8 more")
+
+
 def test_a_thousand_cells_stay_light(tmp_path):
     targets = [f"gfx{n}" for n in (942, 950, 1100, 1200, 1201)]
     verdicts = [_verdict(f"k{i // 20}", f"c{i % 20}", t, changed=(i % 50 == 0 and t == "gfx1100"))
@@ -207,12 +243,17 @@ def test_report_against_a_git_revision(run_xisa, tinyproj, tmp_path):
     text = page.read_text()
     assert "<title>xisa: ISA against HEAD</title>" in text
     assert 'class="cell v-changed in-scope" data-cell="scale:big@gfx1100"' in text
-    assert "isolation violated" not in text
-    # Out of scope the cells violate isolation, yet the command exits 0: the page says what it exited with.
+    assert '<p class="outcome exit-0" id="outcome">pass: 2 changed cells, all in scope gfx1100</p>' in text
+    # Out of scope the cells violate isolation, yet the command exits 0: one line says both, as one sentence
+    # (it was a green "exit code 0 (pass)" above a red "isolation violated" banner).
     out = run_xisa("report", "--html", str(page), "--base", "HEAD", cwd=tinyproj)
     text = page.read_text()
-    assert out.code == 0 and "isolation violated" in text
-    assert re.search(r'exit code <b id="exit-code" class="exit-0">0 \(pass\)</b> <span id="exit-note">', text)
+    assert out.code == 0 and "isolation violated" not in text
+    assert re.search(r'<p class="outcome exit-0" id="outcome">pass: 2 cells changed and no scope is declared, '
+                     r'reported and not failed against --base HEAD: <span id="isolation">'
+                     r'<a href="#open=scale:big@gfx1100">scale:big@gfx1100</a>, ', text)
+    assert text.count('class="outcome') == 1 and 'class="problem"' not in text
+    assert re.search(r'exit code <b id="exit-code">0</b> <span id="exit-note">', text)
     assert "regression" not in text
     bad = run_xisa("report", "--html", str(page), "--base", "no-such-rev", cwd=tinyproj)
     assert bad.code == 2 and "no-such-rev" not in page.read_text()
@@ -277,7 +318,9 @@ def test_report_page_in_headless_chromium(run_xisa, tinyproj, tmp_path):
     # The page says how to accept the change, with the command `xisa check` prints.
     assert re.search(r'<div class="accept" id="accept">to accept these goldens: <pre>xisa bless --arch gfx1100 '
                      r'--kernel scale</pre></div>', plain)
-    assert re.search(r'<b id="exit-code" class="exit-1">1 \(regression\)</b>', plain)
+    assert re.search(r'<p class="outcome exit-1" id="outcome">fail: 2 cells changed and no scope is declared: '
+                     r'<span id="isolation"><a href="#open=scale:big@gfx1100">', plain)
+    assert re.search(r'<b id="exit-code">1</b>', plain)
     # Identical cells are lazy: nothing rendered until opened ...
     same_id = "scale:small@gfx942"
     assert "data-rendered" not in _detail(plain, same_id)
