@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape as html_unescape
 import shutil
 import subprocess
 import time
@@ -401,3 +402,64 @@ def test_the_pages_css_and_js_are_package_data_a_wheel_carries():
         ignored = subprocess.run(["git", "check-ignore", "-q", f"xisa/render/{name}"], cwd=REPO)
         assert ignored.returncode == 1, f"{name} is ignored by git, so a wheel would leave it out"
     assert 'packages = ["xisa"]' in (REPO / "pyproject.toml").read_text()
+
+
+# ---------------------------------------------------------------- no element over another, at every width
+
+TARGETS_13 = ["gfx1100", "gfx1151", "gfx1200", "gfx1201", "gfx90a", "gfx942", "gfx950",
+              "sm_100", "sm_120", "sm_80", "sm_86", "sm_89", "sm_90"]
+
+# Measures, once the page's script has rendered the open cells, every pair of sibling panels (the header's
+# lines, a cell's columns, its source-line table beside its stream diff) and whether a panel's table or block
+# of text runs out of a panel that does not clip it; the findings go into `data-overlaps` for --dump-dom.
+MEASURE = """<script>
+window.addEventListener("load", function(){ setTimeout(function(){
+  var bad = [];
+  function box(e){ return e.getBoundingClientRect(); }
+  function name(e){ return e.tagName.toLowerCase() + (e.className ? "." + String(e.className).split(" ").join(".") : ""); }
+  document.querySelectorAll("header, .cols, .side-by-side").forEach(function(parent){
+    var kids = Array.prototype.filter.call(parent.children, function(k){ var b = box(k); return b.width > 0 && b.height > 0; });
+    for (var i = 0; i < kids.length; i++) {
+      var a = box(kids[i]);
+      for (var j = i + 1; j < kids.length; j++) {
+        var b = box(kids[j]);
+        if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+          bad.push(name(kids[i]) + " over " + name(kids[j]));
+      }
+      if (getComputedStyle(kids[i]).overflowX !== "visible") continue;   // it scrolls what it cannot hold
+      kids[i].querySelectorAll("table, pre").forEach(function(t){
+        if (box(t).right > a.right + 1) bad.push(name(t) + " out of " + name(kids[i]) + " by " + Math.round(box(t).right - a.right) + "px");
+      });
+    }
+  });
+  document.body.dataset.panels = document.querySelectorAll(".side-by-side > *").length;
+  document.body.dataset.overlaps = JSON.stringify(bad);
+}, 500); });
+</script>
+"""
+
+
+def _thirteen_target_change() -> CheckReport:
+    """One kernel case on 13 targets, changed on gfx942: its source-line table has a column per target."""
+    verdicts = []
+    for target in TARGETS_13:
+        v = _verdict("attention", "decode_fp8_long_case_name", target, changed=target == "gfx942")
+        v.head.analysis.lines = [{"loc": f"vendor/fla/ops/attention/decode.py:{100 + i}", "count": 10 + i,
+                                  "text": f"acc += tl.dot(q_tile_{i}, tl.trans(k_tile_{i}), out_dtype=tl.float32)"}
+                                 for i in range(30)]
+        verdicts.append(v)
+    return _report(verdicts)
+
+
+@pytest.mark.parametrize("width", [1280, 1400, 1920, 2600])
+def test_no_element_overlaps_another_in_headless_chromium(tmp_path, width):
+    chromium = _chromium()
+    page = tmp_path / "report.html"
+    html = render_html(_thirteen_target_change(), exit_code=0)
+    write_html(page, html.replace("</body>", MEASURE + "</body>"))
+    dom = _browse(chromium, page.as_uri(), tmp_path / "profile", "--dump-dom", f"--window-size={width},1000")
+    assert 'data-ready="1"' in dom, "the page's script did not run"
+    panels = re.search(r'data-panels="(\d+)"', dom)
+    assert panels and int(panels.group(1)) >= 2               # the source-line table and the stream diff, measured
+    found = json.loads(html_unescape(re.search(r'data-overlaps="([^"]*)"', dom).group(1)))
+    assert found == [], f"at {width} px: {found}"
