@@ -244,6 +244,11 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
     if accept:
         lines += ["To accept these goldens:", "", "```sh", *accept, "```", ""]
     targets = sorted({v.target for v in report.verdicts})
+    # A message several cells share (a spec problem, once per target) is written once, after the targets' tables.
+    explained = [v for v in report.verdicts if v.message and Verdict(v.verdict).explained]
+    shared = [(ids, message) for ids, message in grouped_by_message([(v.id, v.message) for v in explained])
+              if len(ids) > 1]
+    shared_messages = {message for _, message in shared}
     for target in targets:
         rows = [v for v in report.verdicts if v.target == target]
         header = _check_header(counts, _isa_of_verdicts(rows), code=True)
@@ -268,13 +273,23 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                 if v.stages is not None:
                     lines.append(f"- `{v.kernel}:{v.case}` stages: {v.stages.phrase()}")
                 if v.message and Verdict(v.verdict).explained:
-                    first, *rest = v.message.splitlines() or [""]
-                    lines.append(f"- `{v.kernel}:{v.case}`: {first}")
-                    if rest:
-                        lines += ["", "  ```", *(f"  {line}" for line in rest), "  ```"]
+                    if v.message in shared_messages:
+                        lines.append(f"- `{v.kernel}:{v.case}`: {v.verdict}, the problem below that several cells share")
+                        continue
+                    lines += _markdown_message(f"`{v.kernel}:{v.case}`", v.message)
             lines += _markdown_where_table(rows)
             lines.append("")
+    if shared:
+        lines += ["#### Shared by several cells", ""]
+        for ids, message in shared:
+            lines += _markdown_message(cells_phrase(ids), message)
+        lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _markdown_message(who: str, message: str) -> list[str]:
+    first, *rest = message.splitlines() or [""]
+    return [f"- {who}: {first}", *(["", "  ```", *(f"  {line}" for line in rest), "  ```"] if rest else [])]
 
 
 # Source lines shown per changed target in markdown (a PR comment stays short: the rest is in the HTML report),
