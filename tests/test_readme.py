@@ -27,3 +27,17 @@ def test_ci_runs_the_readme_test_command_and_the_isolation_check():
     _, tests = readme_commands()
     assert tests in ci
     assert "xisa check" in ci.split(tests, 1)[1]
+
+
+def test_what_the_torch_pin_does_is_said_as_it_is():
+    """The README said the pin means pip "never resolves" a CUDA build: true only where the index serves the CPU
+    wheel (PyPI's x86-64 Linux torch is the CUDA build). It says which index gives which, and how to get the CPU one."""
+    text = (REPO / "README.md").read_text()
+    setup = " ".join(text.split("## Set-up: two commands", 1)[1].split("\n## ", 1)[0].split())
+    assert "never resolves" not in setup
+    assert "from PyPI on x86-64 Linux it is the multi-GB CUDA build" in setup
+    cpu = re.search(r"`(\.venv/bin/pip install [^`]+)`", setup).group(1)
+    main, _ = readme_commands()
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in cpu and "torch==2.13.0+cpu" in cpu
+    pinned = re.search(r"torch==([0-9.]+)", main).group(1)
+    assert f"torch=={pinned}+cpu" in cpu and "triton==3.8.0" in cpu     # the same versions as the set-up command

@@ -88,6 +88,7 @@ def test_markdown_has_the_per_target_table_and_html_names_the_sides(run_xisa, ti
     assert re.search(r"^\| gfx942 \| 1 \| 0 \| 1 \| 0 \| \d+", out.out, re.M)
     html = page.read_text()
     assert 'id="side-a"' in html and "B = this Python" in html and "AMDGCN_USE_BUFFER_OPS=0" in html
+    assert '<p class="outcome exit-1" id="outcome">fail: 1 cell differs between the sides</p>' in html
 
 
 def test_goldens_as_side_a(run_xisa, tinyproj):
@@ -160,6 +161,29 @@ def test_another_python_that_cannot_compile_is_refused_before_anything_compiles(
     assert out.code == 2 and f"--b-python: {python} {said}" in out.err, out.err
     gone = run_xisa_in_process("ab", *CELL, "--b-python", str(tmp_path / "nothing"), cwd=tinyproj)
     assert gone.code == 2 and "cannot run" in gone.err
+
+
+def test_a_python_that_cannot_run_is_never_given_itself_as_the_fix(run_xisa_in_process, tinyproj, tmp_path):
+    """`--b-python ../venv-3.9/bin/python` of a folder not made yet was told to name, e.g., ../venv-3.9/bin/python."""
+    def fix_of(python: Path) -> str:
+        out = run_xisa_in_process("ab", *CELL, "--b-python", str(python), cwd=tinyproj)
+        assert out.code == 2 and "cannot run" in out.err, out.err
+        return " ".join(out.err.split())    # unwrapped
+
+    missing = tmp_path / "venv-3.9" / "bin" / "python"
+    said = fix_of(missing)
+    assert f"python3 -m venv {tmp_path / 'venv-3.9'} && {tmp_path / 'venv-3.9'}/bin/pip install 'triton>=3.6,<3.10'" \
+        in said and str(missing) not in said.split("(fix: ", 1)[1]     # the path that failed is not the fix
+    venv = tmp_path / "env"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    assert f"name the environment's interpreter: --b-python {venv / 'bin' / 'python'}" in fix_of(venv)
+    elsewhere = fix_of(tmp_path / "nothing")
+    assert f"then --b-python {tmp_path / 'venv-b' / 'bin' / 'python'}" in elsewhere
+    text = tmp_path / "notes.txt"
+    text.write_text("not a program\n")
+    assert f"(fix: name an interpreter that runs, a virtual environment's VENV/bin/python ({text} is not one))" \
+        in fix_of(text)
 
 
 @pytest.mark.skipif(not Path("/work/venv-t39/bin/python").exists(), reason="no second virtual environment "

@@ -62,7 +62,29 @@ def test_one_broken_cell_is_an_error_cell_while_the_rest_complete(run_xisa, tiny
     assert len(broken) == 3 and all(c["status"] == "error" for c in broken)
     assert all("power of 2" in c["error"] for c in broken)
     assert all(c["status"] == "ok" for c in cells if c["case"] != "broken")
-    assert "error scale:broken@gfx942" in out.err
+    assert "error scale:broken" in out.err and "gfx942" in out.err
+    # each distinct message once, with the targets it concerns
+    assert out.err.count("error scale:broken") == len({c["error"] for c in broken})
+
+
+def test_a_problem_shared_by_several_targets_is_printed_once_with_them(run_xisa, tinyproj):
+    path = tinyproj / "kernels" / "scale.yaml"
+    path.write_text(path.read_text().replace("    n: 4096", "    count: 4096"))
+    out = run_xisa("compile", "--json", cwd=tinyproj)
+    assert out.code == 2
+    cells = [c for c in json.loads(out.out)["cells"] if c["kernel"] == "scale" and c["status"] == "error"]
+    targets = sorted({c["target"] for c in cells})
+    assert len(targets) > 1
+    for case in {c["case"] for c in cells}:
+        assert len({c["error"] for c in cells if c["case"] == case}) == 1    # the same problem on every target
+        head = next(line for line in out.err.splitlines() if line.startswith(f"error scale:{case} "))
+        assert head.startswith(f"error scale:{case} on {len(targets)} targets (")
+        assert all(t in head for t in targets)
+    assert out.err.count("no parameter 'count'") == len({c["error"] for c in cells})
+    blessed = run_xisa("bless", cwd=tinyproj)
+    assert blessed.code == 2
+    assert blessed.err.count("no parameter 'count'") == len({c["error"] for c in cells}), blessed.err
+    assert f"on {len(targets)} targets (" in blessed.err and "(no golden written)" in blessed.err
 
 
 def test_argument_not_matching_kernel_is_a_bind_error(run_xisa, tinyproj):
@@ -81,6 +103,11 @@ def test_targets_and_kernels_list(run_xisa, tinyproj):
     assert payload["schema"] == 1 and payload["kind"] == "targets"
     names = {t["name"] for t in payload["targets"]}
     assert {"gfx1100", "gfx1200", "gfx1201", "gfx942", "gfx950"} <= names
+    text = run_xisa("targets", cwd=tinyproj, env={"COLUMNS": "200"})   # the README: "the known targets and their tables"
+    assert text.code == 0 and "hip: occupancy tables" in text.out and "cuda: occupancy tables" in text.out
+    gfx950 = next(line for line in text.out.splitlines() if "gfx950" in line and "163840" in line)
+    assert [cell.strip() for cell in gfx950.split("│")[1:-1]] == \
+        ["gfx950", "8", "512", "512", "unified", "800", "16", "8", "4", "163840", "163840"]
     out = run_xisa("kernels", cwd=tinyproj)
     assert out.code == 0 and "2 kernels, 3 cases, 8 cells" in out.out
     kernels = json.loads(run_xisa("kernels", "--json", cwd=tinyproj).out)

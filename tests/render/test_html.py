@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape as html_unescape
 import shutil
 import subprocess
 import time
@@ -84,6 +85,42 @@ def test_everything_is_escaped_and_nothing_is_fetched():
     assert "\\u003c/script\\u003e" in page                   # inside the JSON blob
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page), "no external assets"
     assert "<link" not in page and "@import" not in page
+
+
+def _outcome(page: str) -> str:
+    match = re.search(r'<p class="outcome exit-(\d)" id="outcome">(.*?)</p>', page)
+    assert match and page.count('id="outcome"') == 1
+    return f"{match.group(1)} " + re.sub(r"<[^>]+>", "", match.group(2))
+
+
+def test_one_header_line_says_the_outcome_and_why():
+    changed = [_verdict("k", f"c{i}", "gfx942", changed=True) for i in range(13)]
+    elsewhere = [_verdict("k", "c0", "gfx90a", changed=True), _verdict("k", "c1", "sm_90", changed=True)]
+    same = [_verdict("k", "c0", "gfx950", changed=False)]
+    for v in changed:
+        v.in_scope = True
+    scoped = CheckReport(verdicts=[*changed, *same], toolchain={"triton": "3.8.0"}, golden_toolchains={},
+                         scopes=["gfx942"])
+    assert _outcome(render_html(scoped)) == "0 pass: 13 changed cells, all in scope gfx942"
+    leaked = CheckReport(verdicts=[*changed, *elsewhere, *same], toolchain={"triton": "3.8.0"}, golden_toolchains={},
+                         scopes=["gfx942"])
+    page = render_html(leaked)
+    assert _outcome(page) == ("1 fail: 2 cells changed outside the declared scope gfx942: "
+                              "k:c0@gfx90a, k:c1@sm_90")
+    assert "isolation violated" not in page and "(pass)" not in page
+    # The same cells against a base revision: reported, not failed; the one line says so.
+    leaked.base = {"revision": "origin/main", "commit": "0" * 40, "compared": "goldens"}
+    assert _outcome(render_html(leaked, exit_code=0)) == (
+        "0 pass: 2 cells changed outside the declared scope gfx942, reported and not failed against --base "
+        "origin/main: k:c0@gfx90a, k:c1@sm_90")
+    assert _outcome(render_html(_report(same * 1))) == "0 pass: 1 cell byte-identical"
+    assert _outcome(render_html(_report([*same, _verdict("k", "c1", "gfx950", changed=False)]))) == \
+        "0 pass: all 2 cells byte-identical"
+    broken = _verdict("k", "c2", "gfx950", changed=False)
+    broken.verdict, broken.message = "error", "CompilationError: no"
+    assert _outcome(render_html(_report([*same, broken]))) == "2 untrusted: 1 cell could not be judged (error)"
+    many = [_verdict("k", f"c{i}", "gfx90a", changed=True) for i in range(20)]
+    assert _outcome(render_html(_report(many))).endswith("k:c11@gfx90a and 8 more")
 
 
 def test_a_thousand_cells_stay_light(tmp_path):
@@ -207,12 +244,17 @@ def test_report_against_a_git_revision(run_xisa, tinyproj, tmp_path):
     text = page.read_text()
     assert "<title>xisa: ISA against HEAD</title>" in text
     assert 'class="cell v-changed in-scope" data-cell="scale:big@gfx1100"' in text
-    assert "isolation violated" not in text
-    # Out of scope the cells violate isolation, yet the command exits 0: the page says what it exited with.
+    assert '<p class="outcome exit-0" id="outcome">pass: 2 changed cells, all in scope gfx1100</p>' in text
+    # Out of scope the cells violate isolation, yet the command exits 0: one line says both, as one sentence
+    # (it was a green "exit code 0 (pass)" above a red "isolation violated" banner).
     out = run_xisa("report", "--html", str(page), "--base", "HEAD", cwd=tinyproj)
     text = page.read_text()
-    assert out.code == 0 and "isolation violated" in text
-    assert re.search(r'exit code <b id="exit-code" class="exit-0">0 \(pass\)</b> <span id="exit-note">', text)
+    assert out.code == 0 and "isolation violated" not in text
+    assert re.search(r'<p class="outcome exit-0" id="outcome">pass: 2 cells changed and no scope is declared, '
+                     r'reported and not failed against --base HEAD: <span id="isolation">'
+                     r'<a href="#open=scale:big@gfx1100">scale:big@gfx1100</a>, ', text)
+    assert text.count('class="outcome') == 1 and 'class="problem"' not in text
+    assert re.search(r'exit code <b id="exit-code">0</b> <span id="exit-note">', text)
     assert "regression" not in text
     bad = run_xisa("report", "--html", str(page), "--base", "no-such-rev", cwd=tinyproj)
     assert bad.code == 2 and "no-such-rev" not in page.read_text()
@@ -277,7 +319,9 @@ def test_report_page_in_headless_chromium(run_xisa, tinyproj, tmp_path):
     # The page says how to accept the change, with the command `xisa check` prints.
     assert re.search(r'<div class="accept" id="accept">to accept these goldens: <pre>xisa bless --arch gfx1100 '
                      r'--kernel scale</pre></div>', plain)
-    assert re.search(r'<b id="exit-code" class="exit-1">1 \(regression\)</b>', plain)
+    assert re.search(r'<p class="outcome exit-1" id="outcome">fail: 2 cells changed and no scope is declared: '
+                     r'<span id="isolation"><a href="#open=scale:big@gfx1100">', plain)
+    assert re.search(r'<b id="exit-code">1</b>', plain)
     # Identical cells are lazy: nothing rendered until opened ...
     same_id = "scale:small@gfx942"
     assert "data-rendered" not in _detail(plain, same_id)
@@ -358,3 +402,64 @@ def test_the_pages_css_and_js_are_package_data_a_wheel_carries():
         ignored = subprocess.run(["git", "check-ignore", "-q", f"xisa/render/{name}"], cwd=REPO)
         assert ignored.returncode == 1, f"{name} is ignored by git, so a wheel would leave it out"
     assert 'packages = ["xisa"]' in (REPO / "pyproject.toml").read_text()
+
+
+# ---------------------------------------------------------------- no element over another, at every width
+
+TARGETS_13 = ["gfx1100", "gfx1151", "gfx1200", "gfx1201", "gfx90a", "gfx942", "gfx950",
+              "sm_100", "sm_120", "sm_80", "sm_86", "sm_89", "sm_90"]
+
+# Measures, once the page's script has rendered the open cells, every pair of sibling panels (the header's
+# lines, a cell's columns, its source-line table beside its stream diff) and whether a panel's table or block
+# of text runs out of a panel that does not clip it; the findings go into `data-overlaps` for --dump-dom.
+MEASURE = """<script>
+window.addEventListener("load", function(){ setTimeout(function(){
+  var bad = [];
+  function box(e){ return e.getBoundingClientRect(); }
+  function name(e){ return e.tagName.toLowerCase() + (e.className ? "." + String(e.className).split(" ").join(".") : ""); }
+  document.querySelectorAll("header, .cols, .side-by-side").forEach(function(parent){
+    var kids = Array.prototype.filter.call(parent.children, function(k){ var b = box(k); return b.width > 0 && b.height > 0; });
+    for (var i = 0; i < kids.length; i++) {
+      var a = box(kids[i]);
+      for (var j = i + 1; j < kids.length; j++) {
+        var b = box(kids[j]);
+        if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+          bad.push(name(kids[i]) + " over " + name(kids[j]));
+      }
+      if (getComputedStyle(kids[i]).overflowX !== "visible") continue;   // it scrolls what it cannot hold
+      kids[i].querySelectorAll("table, pre").forEach(function(t){
+        if (box(t).right > a.right + 1) bad.push(name(t) + " out of " + name(kids[i]) + " by " + Math.round(box(t).right - a.right) + "px");
+      });
+    }
+  });
+  document.body.dataset.panels = document.querySelectorAll(".side-by-side > *").length;
+  document.body.dataset.overlaps = JSON.stringify(bad);
+}, 500); });
+</script>
+"""
+
+
+def _thirteen_target_change() -> CheckReport:
+    """One kernel case on 13 targets, changed on gfx942: its source-line table has a column per target."""
+    verdicts = []
+    for target in TARGETS_13:
+        v = _verdict("attention", "decode_fp8_long_case_name", target, changed=target == "gfx942")
+        v.head.analysis.lines = [{"loc": f"vendor/fla/ops/attention/decode.py:{100 + i}", "count": 10 + i,
+                                  "text": f"acc += tl.dot(q_tile_{i}, tl.trans(k_tile_{i}), out_dtype=tl.float32)"}
+                                 for i in range(30)]
+        verdicts.append(v)
+    return _report(verdicts)
+
+
+@pytest.mark.parametrize("width", [1280, 1400, 1920, 2600])
+def test_no_element_overlaps_another_in_headless_chromium(tmp_path, width):
+    chromium = _chromium()
+    page = tmp_path / "report.html"
+    html = render_html(_thirteen_target_change(), exit_code=0)
+    write_html(page, html.replace("</body>", MEASURE + "</body>"))
+    dom = _browse(chromium, page.as_uri(), tmp_path / "profile", "--dump-dom", f"--window-size={width},1000")
+    assert 'data-ready="1"' in dom, "the page's script did not run"
+    panels = re.search(r'data-panels="(\d+)"', dom)
+    assert panels and int(panels.group(1)) >= 2               # the source-line table and the stream diff, measured
+    found = json.loads(html_unescape(re.search(r'data-overlaps="([^"]*)"', dom).group(1)))
+    assert found == [], f"at {width} px: {found}"

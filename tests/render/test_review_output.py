@@ -15,8 +15,8 @@ from support import gfx11_branch_change
 from xisa.analyze.model import Analysis
 from xisa.golden.record import Golden
 from xisa.render.compiled import render_compile_table
-from xisa.render.formats import error_block
-from xisa.render.review import accept_commands, render_check_text, summary_line
+from xisa.render.formats import cells_phrase, error_block, grouped_by_message
+from xisa.render.review import accept_commands, render_check_text, render_markdown, summary_line
 from xisa.compile.result import CellResult
 from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, compute_delta
 
@@ -247,3 +247,36 @@ def test_check_text_shows_what_the_binding_changed():
     render_check_text(Console(file=buffer, width=200, no_color=True), _report([v]), counts=[])
     assert "binding signature.x_ptr: *fp16 -> *bf16" in buffer.getvalue()
     assert "binding options.num_warps: 4 -> 8" in buffer.getvalue()
+
+
+# ---------------------------------------------------------------- a problem shared by several cells: once
+
+def test_cells_phrase_names_each_case_once_with_its_targets():
+    assert cells_phrase(["k:c@gfx942"]) == "k:c@gfx942"
+    assert cells_phrase(["k:c@gfx90a", "k:c@gfx942", "j:d@sm_90"]) == "k:c on 2 targets (gfx90a, gfx942); j:d@sm_90"
+    assert grouped_by_message([("a", "m1"), ("b", "m2"), ("c", "m1")]) == [(["a", "c"], "m1"), (["b"], "m2")]
+
+
+def test_check_text_prints_a_shared_error_once_with_the_cells_it_concerns():
+    message = "kernels/k.yaml: cases[0].args: the kernel has no parameter 'count'\n    more detail"
+    targets = [f"gfx{n}" for n in (1100, 1151, 1200, 1201, 90, 942, 950)]
+    verdicts = [CellVerdict(kernel="k", case="c", target=t, verdict=ERROR, message=message) for t in targets]
+    verdicts.append(CellVerdict(kernel="k", case="d", target="gfx942", verdict=ERROR, message="another problem"))
+    buffer = StringIO()
+    render_check_text(Console(file=buffer, width=200, no_color=True), _report(verdicts), counts=[], quiet=True)
+    text = buffer.getvalue()
+    assert text.count("no parameter 'count'") == 1 and text.count("more detail") == 1
+    assert f"error: k:c on 7 targets ({', '.join(targets)}): kernels/k.yaml: " in text
+    assert "error: k:d@gfx942: another problem" in text
+
+
+def test_markdown_writes_a_shared_error_once_after_the_targets():
+    message = "kernels/k.yaml: cases[0].args: the kernel has no parameter 'count'\nsecond line"
+    targets = ["gfx1100", "gfx942", "sm_90"]
+    verdicts = [CellVerdict(kernel="k", case="c", target=t, verdict=ERROR, message=message) for t in targets]
+    verdicts.append(CellVerdict(kernel="k", case="d", target="gfx942", verdict=ERROR, message="its own problem"))
+    md = render_markdown(_report(verdicts), counts=[], title="xisa check")
+    assert md.count("no parameter 'count'") == 1 and md.count("second line") == 1
+    assert "- k:c on 3 targets (gfx1100, gfx942, sm_90): kernels/k.yaml: cases[0].args: " in md
+    assert md.count("- `k:c`: error, the problem below that several cells share") == 3     # each target's table
+    assert "- `k:d`: its own problem" in md

@@ -59,6 +59,32 @@ def _side_environment(cache_dir: Path) -> dict[str, str]:
     return env
 
 
+def _triton_requirement() -> str:
+    """The Tritons xisa supports, as pip spells a range: `triton>=3.6,<3.10`."""
+    from xisa.compile.toolchain import SUPPORTED_TRITON
+
+    (low_major, low_minor), (high_major, high_minor) = SUPPORTED_TRITON
+    return f"triton>={low_major}.{low_minor},<{high_major}.{high_minor + 1}"
+
+
+def _not_runnable_fix(python: str, field: str) -> str:
+    """What to do about a Python that could not be run: never the path that just failed. A virtual
+    environment's folder: its interpreter; a path that does not exist: how to make a virtual environment there
+    (`VENV/bin/python`: that VENV) and name its interpreter; otherwise what to name instead."""
+    path = Path(python)
+    inside = next((path / "bin" / name for name in ("python3", "python") if (path / "bin" / name).is_file()), None)
+    if path.is_dir() and inside is not None:
+        return f"name the environment's interpreter: {field} {inside}"
+    if not os.path.lexists(path):
+        install = f"/bin/pip install '{_triton_requirement()}' torch pyyaml typer rich"
+        if path.parent.name == "bin":
+            venv = path.parent.parent
+            return f"make that virtual environment first: python3 -m venv {venv} && {venv}{install}"
+        venv = path.parent / "venv-b"
+        return f"make a virtual environment: python3 -m venv {venv} && {venv}{install}, then {field} {venv}/bin/python"
+    return f"name an interpreter that runs, a virtual environment's VENV/bin/python ({path} is not one)"
+
+
 def probe_side_python(python: str, *, field: str, cache_dir: Path) -> dict[str, Any]:
     """Refuse, before anything compiles, another Python that cannot compile for xisa: not runnable, too old,
     no Triton or one outside xisa's range, a module missing, or this checkout's xisa not the one it imports."""
@@ -72,7 +98,7 @@ def probe_side_python(python: str, *, field: str, cache_dir: Path) -> dict[str, 
                               env=_side_environment(cache_dir), timeout=120)
     except (OSError, subprocess.SubprocessError) as exc:
         raise ToolchainError(f"cannot run {python}: {getattr(exc, 'strerror', None) or exc}", field=field,
-                             fix="name a Python interpreter, e.g. ../venv-3.9/bin/python") from None
+                             fix=_not_runnable_fix(python, field)) from None
     try:
         facts = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -84,14 +110,14 @@ def probe_side_python(python: str, *, field: str, cache_dir: Path) -> dict[str, 
                              field=field, fix="make the virtual environment with Python 3.11 or later")
     if facts["triton"] is None:
         raise ToolchainError(f"{python} has no Triton installed", field=field,
-                             fix=f"{python} -m pip install triton==VERSION torch pyyaml typer rich")
+                             fix=f"{python} -m pip install '{_triton_requirement()}' torch pyyaml typer rich")
     try:
         check_supported(facts["triton"])
     except ToolchainError:
         (low_major, low_minor), (high_major, high_minor) = SUPPORTED_TRITON
         raise ToolchainError(f"{python} has Triton {facts['triton']}, outside the range xisa supports "
                              f"({low_major}.{low_minor} to {high_major}.{high_minor})", field=field,
-                             fix=f"install a Triton from {low_major}.{low_minor} to {high_major}.{high_minor} there") from None
+                             fix=f"{python} -m pip install '{_triton_requirement()}'") from None
     if facts["missing"]:
         raise ToolchainError(f"{python} cannot import {', '.join(facts['missing'])}, which xisa's compile needs",
                              field=field, fix=f"{python} -m pip install {' '.join(facts['missing'])}".replace(

@@ -16,7 +16,7 @@ from xisa.cli.options import (ArchOption, JobsOption, KernelOption, LockTimeoutO
                               SpecOption, TimeoutOption, print_failure_lines, run_options, stderr, stdout)
 from xisa.golden.verdict import CheckReport
 from xisa.render.progress import progress_reporter
-from xisa.render.formats import error_block
+from xisa.render.formats import cells_phrase, error_block, grouped_by_message
 from xisa.render.review import render_check_text
 from xisa.render.reports import render_report
 
@@ -118,9 +118,9 @@ def bless(
         out.print("\nsuggested commit message:\n", markup=False)
         out.print(upgrade_commit_message(blessed.upgrade), markup=False, highlight=False, soft_wrap=True)
     err = stderr()
-    for result in blessed.run.results:
-        if not result.ok:
-            err.print(error_block(f"error {result.id} (no golden written)", result.error or ""), markup=False)
+    failed = [(r.id, r.error or "") for r in blessed.run.results if not r.ok]
+    for ids, message in grouped_by_message(failed):
+        err.print(error_block(f"error {cells_phrase(ids)} (no golden written)", message), markup=False)
     print_failure_lines(blessed.run.failure_lines())
     raise typer.Exit(blessed.exit_code)
 

@@ -18,7 +18,7 @@ from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.render.progress import progress_reporter
 from xisa.render.compiled import (compile_payload, loops_payload, render_compile_markdown, render_compile_table,
                                   render_loops_text)
-from xisa.render.formats import error_block
+from xisa.render.formats import cells_phrase, error_block, grouped_by_message
 
 
 def compile_command(
@@ -62,8 +62,8 @@ def compile_command(
         render_loops_text(stdout(), found, {t.name: t.handler for t in run.targets})
     print_failure_lines(run.failure_lines())
     errors = [r for r in results if not r.ok]
-    for result in errors:
-        stderr().print(Text(error_block(f"error {result.id}", result.error or ""), style="red"), highlight=False)
+    for ids, message in grouped_by_message([(r.id, r.error or "") for r in errors]):
+        stderr().print(Text(error_block(f"error {cells_phrase(ids)}", message), style="red"), highlight=False)
     if errors:
         raise typer.Exit(EXIT_UNTRUSTED)
     if run.failed:   # a failed expectation, or a cell that cannot launch unexpectedly

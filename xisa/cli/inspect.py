@@ -11,6 +11,7 @@ from xisa.api import open_workspace
 from xisa.cli.options import ArchOption, SpecOption, stdout
 from xisa.compile.cache import ResultCache
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
+from xisa.render.formats import fitted_table, show
 from xisa.spec.cases import case_targets
 from xisa.spec.project import load_project
 from xisa.spec.targets import load_targets, select_targets
@@ -24,11 +25,19 @@ def targets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
         typer.echo(json.dumps({"schema": JSON_SCHEMA_VERSION, "kind": "targets",
                                "targets": [known[n].summary() for n in sorted(known)]}, indent=2))
         return
+    out = stdout()
     table = Table("target", "backend", "arch", "wave", "family", "fp8", "matrix", "file")
     for name in sorted(known):
         t = known[name]
         table.add_row(name, t.backend, str(t.arch), str(t.warp_size), t.family, t.fp8, t.matrix, t.path)
-    stdout().print(table)
+    out.print(table)
+    for backend in sorted({t.backend for t in known.values()}):   # each backend's occupancy tables
+        members = [known[n] for n in sorted(known) if known[n].backend == backend]
+        keys = list(dict.fromkeys(key for t in members for key in t.occupancy))
+        rows = [[t.name, *(show(t.occupancy.get(key)) for key in keys)] for t in members]
+        columns = [("target", "left"), *((key.replace("_", " "), "right") for key in keys)]
+        out.print(fitted_table(out, columns, rows, title=f"{backend}: occupancy tables (each target file's "
+                                                          f"`occupancy:`; memory in bytes)"))
 
 
 def kernels(spec: SpecOption = None, arch: ArchOption = None,

@@ -38,7 +38,8 @@ def report(
         page_title = title or f"xisa: ISA against {base}"
         note = f"against --base {base} this command reports changes and fails only when they cannot be trusted"
     write_html(html_file, render_html(outcome.report, title=page_title, exit_code=outcome.exit_code, exit_note=note,
-                                      accept=outcome.accept, loop_estimates=api.loop_estimates(outcome.report)))
+                                      accept=outcome.accept, loop_estimates=api.loop_estimates(outcome.report),
+                                      base=base))
     if not quiet:
         from xisa.render.review import summary_line
 

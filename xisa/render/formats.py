@@ -53,6 +53,27 @@ def error_block(prefix: str, message: str, *, max_lines: int = TEXT_ERROR_LINES)
     return "\n".join([f"{prefix}: {first}", *(f"    {line}" if line else "" for line in rest)])
 
 
+def cells_phrase(ids: list[str]) -> str:
+    """Cell ids (`kernel:case@target`) as one phrase: the id itself when one, else each kernel:case once with
+    its targets: `k:c on 13 targets (gfx1100, gfx1151, ...)`, `a:x@gfx942; b:y on 2 targets (gfx90a, gfx942)`."""
+    by_case: dict[str, list[str]] = {}
+    for cell_id in ids:
+        head, _, target = cell_id.rpartition("@")
+        by_case.setdefault(head, []).append(target)
+    parts = [f"{head}@{targets[0]}" if len(targets) == 1
+             else f"{head} on {len(targets)} targets ({', '.join(targets)})" for head, targets in by_case.items()]
+    return "; ".join(parts)
+
+
+def grouped_by_message(pairs: list[tuple[str, str]]) -> list[tuple[list[str], str]]:
+    """(cell id, message) pairs as one (cell ids, message) per distinct message, in the order each message was
+    first seen: a problem shared by several cells (a spec error, once per target) is printed once."""
+    groups: dict[str, list[str]] = {}
+    for cell_id, message in pairs:
+        groups.setdefault(message, []).append(cell_id)
+    return [(ids, message) for message, ids in groups.items()]
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 

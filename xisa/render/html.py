@@ -33,7 +33,7 @@ AUTO_OPEN_LIMIT = 5            # at most this many non-identical cells: open the
 MATRIX_HINT = {Verdict.SAME: "byte-identical", Verdict.CHANGED: "changed", Verdict.NEW: "new (no golden)",
                Verdict.UNUSED: "unused golden", Verdict.ERROR: "error", Verdict.EXPECT_FAILED: "expectation failed",
                Verdict.CANNOT_LAUNCH: "cannot launch"}
-EXIT_LABEL = {0: "pass", 1: "regression", 2: "untrusted"}
+OUTCOME_CELLS = 12   # cells out of scope linked in the outcome line; the matrix shows them all
 
 
 def _e(value: Any) -> str:
@@ -186,16 +186,17 @@ def _fmt_delta(base: int | None, head: int | None) -> str:
 
 def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: int | None = None,
                 exit_note: str = "", accept: list[str] | None = None,
-                loop_estimates: dict[tuple[str, str, str], str] | None = None) -> str:
+                loop_estimates: dict[tuple[str, str, str], str] | None = None, base: str | None = None) -> str:
     """`exit_code` is what the command exits with (the report's own verdict unless the command's
     policy differs, as a comparison with --base does); `exit_note` says why, `accept` how to bless;
-    `loop_estimates`: (cell id, function, header) -> llvm-mca's text for a changed loop (`xisa.compile.mca`)."""
+    `loop_estimates`: (cell id, function, header) -> llvm-mca's text for a changed loop (`xisa.compile.mca`);
+    `base`: the --base revision the verdicts were judged against, for the outcome line."""
     verdicts = list(report.verdicts)
     code = report.exit_code if exit_code is None else exit_code
     counts = report.counts()
     return "".join([
         _page_head(title),
-        _page_header(report, title=title, code=code, exit_note=exit_note, accept=accept),
+        _page_header(report, title=title, code=code, exit_note=exit_note, accept=accept, base=base),
         _filter_bar(counts),
         _matrix(verdicts),
         _details(verdicts, loop_estimates),
@@ -214,15 +215,26 @@ def _page_head(title: str) -> str:
             f"<title>{_e(title)}</title>\n<style>{_asset('page.css')}</style>\n</head>\n<body>\n")
 
 
-def _page_header(report: CheckReport, *, title: str, code: int, exit_note: str, accept: list[str] | None) -> str:
-    """The title, the summary, the exit code and what it rests on, the sides of an A/B, what cannot be
-    trusted, the isolation violations and the commands that accept the goldens."""
-    from xisa.render.review import summary_line
+def _page_header(report: CheckReport, *, title: str, code: int, exit_note: str, accept: list[str] | None,
+                 base: str | None) -> str:
+    """The title; one line with the command's outcome and why (the cells outside the scope linked in it);
+    the summary; the exit code and what it rests on; the sides of an A/B; what cannot be trusted; and the
+    commands that accept the goldens."""
+    from xisa.render.review import outcome_sentence, summary_line
 
-    out = [f"<header><h1>{_e(title)}</h1>\n", f"<p class=\"summary\" id=\"summary\">{_e(summary_line(report))}</p>\n"]
-    exit_label = EXIT_LABEL.get(code, str(code))
-    out.append(f"<p class=\"meta\">exit code <b id=\"exit-code\" class=\"exit-{code}\">{code} "
-               f"({_e(exit_label)})</b>" + (f" <span id=\"exit-note\">({_e(exit_note)})</span>" if exit_note else "")
+    # One line: the outcome and why (colour of the exit code), the cells out of scope linked after it.
+    out = [f"<header><h1>{_e(title)}</h1>\n",
+           f"<p class=\"outcome exit-{code}\" id=\"outcome\">{_e(outcome_sentence(report, code, base=base))}"]
+    if report.isolation_violations:
+        shown = report.isolation_violations[:OUTCOME_CELLS]
+        more = len(report.isolation_violations) - len(shown)
+        out.append(": <span id=\"isolation\">"
+                   + ", ".join(f"<a href=\"#open={_e(v.id)}\">{_e(v.id)}</a>" for v in shown)
+                   + (f" and {more} more" if more else "") + "</span>")
+    out.append("</p>\n")
+    out.append(f"<p class=\"summary\" id=\"summary\">{_e(summary_line(report))}</p>\n")
+    out.append(f"<p class=\"meta\">exit code <b id=\"exit-code\">{code}</b>"
+               + (f" <span id=\"exit-note\">({_e(exit_note)})</span>" if exit_note else "")
                + " · toolchain "
                + ", ".join(f"{_e(k)} <code>{_e(val)}</code>" for k, val in sorted(report.toolchain.items()))
                + (" · scopes " + ", ".join(f"<code>{_e(s)}</code>" for s in report.scopes) if report.scopes else
@@ -232,10 +244,6 @@ def _page_header(report: CheckReport, *, title: str, code: int, exit_note: str, 
     for side in getattr(report, "sides", None) or []:   # an A/B: "golden" below is side A, "head" side B
         out.append(f"<p class=\"meta side\" id=\"side-{_e(side.label.lower())}\">{_e(side.describe())}</p>\n")
     out += [f"<p class=\"problem\">untrusted: {_e(problem)}</p>\n" for problem in report.problems]
-    if report.isolation_violations:
-        out.append("<p class=\"problem\" id=\"isolation\">isolation violated: "
-                   + ", ".join(f"<a href=\"#open={_e(v.id)}\">{_e(v.id)}</a>" for v in report.isolation_violations)
-                   + "</p>\n")
     if accept:
         out.append("<div class=\"accept\" id=\"accept\">to accept these goldens: "
                    + "".join(f"<pre>{_e(command)}</pre>" for command in accept) + "</div>\n")

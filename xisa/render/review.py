@@ -16,8 +16,8 @@ from xisa.analyze.expect import measure
 from xisa.analyze.stages import RECORD_COMMAND
 from xisa.golden.ab import largest_resource_changes, target_summaries
 from xisa.golden.store import golden_files
-from xisa.golden.verdict import Verdict
-from xisa.render.formats import NO_ANALYSIS_ISA, arrow, error_block, fitted_table, plural
+from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, Verdict
+from xisa.render.formats import NO_ANALYSIS_ISA, arrow, cells_phrase, error_block, fitted_table, grouped_by_message, plural
 
 # The check and diff tables: one register count, spills or private memory, LDS, occupancy (keys
 # as `measure` reads them: scratch_bytes on NVIDIA is stack + local bytes).
@@ -77,6 +77,66 @@ def judgement_line(report, *, code: str = "`") -> str:
         how = "its kernels compiled" if base["compared"] == "compiled" else "its goldens"
         return f"judged against {code}{base['revision']}{code} ({code}{base['commit'][:12]}{code}, {how}), {scope}"
     return f"judged against the goldens, {scope}"
+
+
+OUTCOME_LABEL = {0: "pass", 1: "fail", 2: "untrusted"}
+
+
+def outcome_sentence(report, code: int, *, base: str | None = None) -> str:
+    """The command's outcome and why, as one sentence: `pass: 13 changed cells, all in scope gfx942`,
+    `fail: 2 cells changed outside the declared scope gfx942`, `untrusted: 1 cell could not be judged`. `code`
+    is what the command exits with; where it is milder than the report's own (against --base a change is
+    reported, not failed), the sentence says so; `base`: the revision, where the report does not carry it."""
+    counts = report.counts()
+    scopes = ", ".join(report.scopes)
+    errors = counts.get(ERROR, 0) + sum(1 for v in report.stale_goldens if v.verdict == ERROR)
+    untrusted = [part for n, part in (
+        (errors, f"{plural(errors, 'cell')} could not be judged (error)"),
+        (len(report.problems), f"{plural(len(report.problems), 'problem')} with the comparison itself"),
+    ) if n]
+    violations = report.isolation_violations
+    failing = []
+    if violations:
+        failing.append(f"{plural(len(violations), 'cell')} changed outside the declared scope {scopes}" if scopes
+                       else f"{plural(len(violations), 'cell')} changed and no scope is declared")
+    others: dict[str, int] = {}
+    outside = {v.id for v in violations}
+    for v in report.verdicts:
+        if v.is_regression and v.id not in outside:
+            others[v.verdict] = others.get(v.verdict, 0) + 1
+    words = {CHANGED: "changed", NEW: "new, without a golden", UNUSED: "unused goldens",
+             Verdict.EXPECT_FAILED: "failing an expectation", Verdict.CANNOT_LAUNCH: "unable to launch"}
+    for verdict in Verdict:
+        if others.get(verdict):
+            n = others[verdict]
+            if verdict == CHANGED and getattr(report, "sides", None):
+                failing.append(f"{plural(n, 'cell')} {'differs' if n == 1 else 'differ'} between the sides")
+            elif verdict == UNUSED:
+                failing.append(plural(n, "unused golden"))
+            else:
+                failing.append(f"{plural(n, 'cell')} {words.get(verdict, verdict)}")
+    if report.stale_goldens and len(report.stale_goldens) > sum(1 for v in report.stale_goldens if v.verdict == ERROR):
+        failing.append(plural(len(report.stale_goldens), "stale golden"))
+    label = OUTCOME_LABEL.get(code, f"exit {code}")
+    if code == 2 or (untrusted and code != 0):
+        return f"{label}: {' and '.join(untrusted or failing or ['the result cannot be trusted'])}"
+    if failing:
+        reason = "; ".join(failing)
+        if code == 0:
+            base = base or (report.base or {}).get("revision")
+            return f"{label}: {reason}, " + (f"reported and not failed against --base {base}" if base
+                                              else "reported and not failed by this command")
+        return f"{label}: {reason}"
+    if code != 0:
+        return f"{label}: exit code {code}"
+    changed = sum(1 for v in report.verdicts if Verdict(v.verdict).scoped(v.judged_by_scope) and v.in_scope)
+    total = len(report.verdicts)
+    if changed:
+        return f"{label}: {plural(changed, 'changed cell')}, all in scope {scopes}" if scopes else \
+            f"{label}: {plural(changed, 'changed cell')}"
+    if total and counts.get(SAME, 0) == total:
+        return f"{label}: {'all ' if total > 1 else ''}{plural(total, 'cell')} byte-identical"
+    return f"{label}: nothing changed" if total else f"{label}: no cells selected"
 
 
 def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_args: list[str] | tuple = (),
@@ -184,6 +244,11 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
     if accept:
         lines += ["To accept these goldens:", "", "```sh", *accept, "```", ""]
     targets = sorted({v.target for v in report.verdicts})
+    # A message several cells share (a spec problem, once per target) is written once, after the targets' tables.
+    explained = [v for v in report.verdicts if v.message and Verdict(v.verdict).explained]
+    shared = [(ids, message) for ids, message in grouped_by_message([(v.id, v.message) for v in explained])
+              if len(ids) > 1]
+    shared_messages = {message for _, message in shared}
     for target in targets:
         rows = [v for v in report.verdicts if v.target == target]
         header = _check_header(counts, _isa_of_verdicts(rows), code=True)
@@ -208,13 +273,23 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                 if v.stages is not None:
                     lines.append(f"- `{v.kernel}:{v.case}` stages: {v.stages.phrase()}")
                 if v.message and Verdict(v.verdict).explained:
-                    first, *rest = v.message.splitlines() or [""]
-                    lines.append(f"- `{v.kernel}:{v.case}`: {first}")
-                    if rest:
-                        lines += ["", "  ```", *(f"  {line}" for line in rest), "  ```"]
+                    if v.message in shared_messages:
+                        lines.append(f"- `{v.kernel}:{v.case}`: {v.verdict}, the problem below that several cells share")
+                        continue
+                    lines += _markdown_message(f"`{v.kernel}:{v.case}`", v.message)
             lines += _markdown_where_table(rows)
             lines.append("")
+    if shared:
+        lines += ["#### Shared by several cells", ""]
+        for ids, message in shared:
+            lines += _markdown_message(cells_phrase(ids), message)
+        lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _markdown_message(who: str, message: str) -> list[str]:
+    first, *rest = message.splitlines() or [""]
+    return [f"- {who}: {first}", *(["", "  ```", *(f"  {line}" for line in rest), "  ```"] if rest else [])]
 
 
 # Source lines shown per changed target in markdown (a PR comment stays short: the rest is in the HTML report),
@@ -294,9 +369,11 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
             if v.stages is not None:   # a changed cell: where its instructions changed, by source line
                 for line in line_change_lines(v):
                     console.print(Text(line))
-    for v in report.verdicts:
-        if v.message and (Verdict(v.verdict).explained or v.verdict == Verdict.NEW):
-            console.print(Text(error_block(f"{v.verdict}: {v.id}", v.message), style=_VERDICT_STYLE.get(v.verdict, "")))
+    explained = [v for v in report.verdicts if v.message and (Verdict(v.verdict).explained or v.verdict == Verdict.NEW)]
+    for verdict in dict.fromkeys(v.verdict for v in explained):   # one block per verdict and message
+        for ids, message in grouped_by_message([(v.id, v.message) for v in explained if v.verdict == verdict]):
+            console.print(Text(error_block(f"{verdict}: {cells_phrase(ids)}", message),
+                               style=_VERDICT_STYLE.get(verdict, "")))
     for v in report.stale_goldens:
         console.print(Text(f"stale golden: {v.id}: {v.message}", style="red"))
     for problem in report.problems:
