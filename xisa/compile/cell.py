@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -65,13 +66,14 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
 _ADDR_NO_RANDOMIZE = 0x0040000
 
 
+@functools.lru_cache(maxsize=1)   # the flag stays set for this process and the workers it forks
 def fixed_addresses() -> None:
     """Turn address-space randomization off for the tools this process starts from now on (ptxas).
 
     Measured with Triton 3.8.0's ptxas-blackwell (targets/sm_100.yaml): the same PTX gives one of two register
-    allocations, run to run, and always the same one with randomization off. A launch's own compile takes either;
-    the golden must be one program, so every compile here takes the same. Where the flag cannot be set, the
-    compile is refused rather than left to chance."""
+    allocations, run to run, and the same one for the same input with randomization off. A launch's own compile
+    takes either; the golden must be one program, so every compile here takes the same. Where the flag cannot be
+    set, the compile is refused rather than left to chance (a refusal is not cached: each compile says so)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -127,8 +129,9 @@ def canonical_ptxas(path_of):
 
     Measured with Triton 3.8.0's ptxas-blackwell (targets/sm_100.yaml): with randomization off, the PTX of
     gemm:bf16_4k with its paths under /tmp/newuser/repo gets another register allocation than under /work/main
-    or eight other folders: the allocation follows the path strings, which only feed line information. So a
-    cell's code does not depend on where the checkout is; the cubin's line information names relative paths.
+    or eight other folders: the allocation follows the path strings, which only feed line information, so the
+    `.file` paths are made relative; the cubin's line information names them so. Not every path is: the PTX's DWARF
+    `.debug_info` bytes still name the checkout (README: a clone at /tmp/newuser2/repo flips gemm:bf16_4k).
     Only ptxas's input changes: Triton's `ptx` stage, its cache key and everything before are untouched."""
     from triton.backends.nvidia.compiler import CUDABackend
 
