@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from xisa.analyze import codeobject
-from xisa.errors import ParseError
+from xisa.compile.cell import SourceFiles
+from xisa.compile.ptxas import _CanonicalSubprocess, relative_ptx
+from xisa.errors import ParseError, ToolchainError
 
 _SECTION = struct.Struct("<IIQQQQIIQQ")
 SHF_WRITE, SHF_ALLOC, SHF_EXEC = 0x1, 0x2, 0x4
@@ -186,9 +188,7 @@ def test_a_debug_kernel_names_its_source_path_in_its_data_so_a_move_is_a_change(
 
 
 def test_ptxas_gets_the_ptx_with_relative_source_paths_and_nothing_else_changed():
-    """ptxas-blackwell's allocation follows the `.file` strings (xisa.compile.cell.canonical_ptxas)."""
-    from xisa.compile.cell import relative_ptx
-
+    """ptxas-blackwell's allocation follows the `.file` strings (xisa.compile.ptxas)."""
     ptx = ('.version 8.7\n.target sm_100a\n\t.file\t1 "/home/u/proj/kernels/k.py"\n'
            '\t.file\t2 "/home/u/proj/.venv/lib/python3.11/site-packages/triton/language" "standard.py"\n'
            '\tmov.u32 %r1, "/not/a/file/directive";\n\t.loc\t1 12 7\n')
@@ -200,3 +200,100 @@ def test_ptxas_gets_the_ptx_with_relative_source_paths_and_nothing_else_changed(
         ptx.replace('"/home/u/proj/kernels/k.py"', "").replace(
             '"/home/u/proj/.venv/lib/python3.11/site-packages/triton/language"', "")
     assert '"/not/a/file/directive"' in out
+
+
+def _dwarf_bytes(ptx: str) -> bytes:
+    """The `.b8` bytes of the PTX's `.debug_info` (its inline strings among them)."""
+    body = ptx[ptx.index(".section\t.debug_info"):]
+    body = body[:body.index("}")]
+    return bytes(int(v) for line in body.splitlines() if line.startswith(".b8 ")
+                 for v in line[4:].split("//")[0].split(","))
+
+
+def _debug_info(comp_dir: str) -> str:
+    """A PTX debug section as LLVM writes it: a unit whose DIE at 0x20 is referenced from a later one."""
+    name = "".join(f".b8 {b}\n" for b in comp_dir.encode()) + ".b8 0\n"
+    length = 7 + 1 + len(comp_dir) + 1 + 1 + 4 + 8 + 2
+    return (".section\t.debug_abbrev\n\t{\n.b8 1 // Abbreviation Code\n.b8 17 // DW_TAG_compile_unit\n"
+            ".b8 27 // DW_AT_comp_dir\n.b8 8 // DW_FORM_string\n.b8 49 // DW_AT_abstract_origin\n"
+            ".b8 19 // DW_FORM_ref4\n.b8 58 // DW_AT_decl_file\n.b8 6 // DW_FORM_data4\n\t}\n"
+            f".section\t.debug_info\n\t{{\n.b32 {length} // Length of Unit\n.b8 2 // DWARF version number\n"
+            ".b8 0\n.b32 .debug_abbrev // Offset Into Abbrev. Section\n.b8 8 // Address Size (in bytes)\n"
+            f".b8 1 // Abbrev [1] 0xb:0x{length:x} DW_TAG_compile_unit\n"
+            + name.replace(".b8", ".b8", 1).replace("\n", " // DW_AT_comp_dir\n", 1)
+            + f".b32 {12 + len(comp_dir) + 1} // DW_AT_abstract_origin\n.b32 7 // DW_AT_decl_file\n"
+            ".b64 $L__func_begin0 // DW_AT_low_pc\n.b8 0 // End Of Children Mark\n.b8 0\n\t}\n"
+            ".section\t.debug_str\n\t{\n$L__info_string0:\n.b8 103 // string offset=0\n\t}\n")
+
+
+def test_the_dwarf_compile_unit_folder_is_shown_relative_and_its_offsets_follow():
+    """The PTX's DWARF names the kernel's folder in bytes; the unit length and the references after it follow its
+    length, so two checkouts give ptxas the same bytes, and a plain number of the same width is left alone."""
+    def shown(path):
+        return path.removeprefix("/home/someone/a/much/longer/checkout/").removeprefix("/w/")
+    short, deep = (relative_ptx(".version 8.7\n" + _debug_info(folder), shown)
+                   for folder in ("/w/kernels", "/home/someone/a/much/longer/checkout/kernels"))
+    assert short == deep
+    assert "kernels".encode() in _dwarf_bytes(short) and b"/w/" not in _dwarf_bytes(short)
+    lines = short.split(".section\t.debug_info")[1].splitlines()
+    numbers = [int(line.split()[1]) for line in lines if line.startswith(".b32 ") and line.split()[1].isdigit()]
+    length = 7 + 1 + len("kernels") + 1 + 1 + 4 + 8 + 2
+    assert numbers == [length, 12 + len("kernels") + 1, 7]    # unit length, the reference, decl_file untouched
+    assert "//" not in short.split(".section\t.debug_info")[1].split("}")[0]
+    assert ".section\t.debug_str\n\t{\n$L__info_string0:" in short
+
+
+def test_a_dwarf_reference_xisa_cannot_move_is_refused():
+    ptx = _debug_info("/w/kernels").replace(".b8 19 // DW_FORM_ref4", ".b8 18 // DW_FORM_ref2")
+    with pytest.raises(ToolchainError, match="references other than DW_FORM_ref4"):
+        relative_ptx(ptx, lambda path: path)
+
+
+def test_ptxas_reads_the_same_bytes_from_any_checkout(run_xisa, tmp_path):
+    """Measured on the PTX Triton writes: it names the checkout (`.file`, DWARF), what ptxas gets does not."""
+    texts = {}
+    for root in (tmp_path / "a", tmp_path / "a much longer" / "path to another" / "checkout"):
+        _project(root)
+        out = run_xisa("compile", "--arch", "sm_100", "--no-cache", "--emit", "emit", "-q", cwd=root,
+                       env={"XISA_CACHE_DIR": str(tmp_path / "cache")})
+        assert out.code == 0, out.err
+        texts[root] = (root / "emit/moved/b256/sm_100/moved.ptx").read_text()
+    (a, ptx_a), (b, ptx_b) = texts.items()
+    assert ptx_a != ptx_b and str(b / "kernels").encode() in _dwarf_bytes(ptx_b)
+    assert relative_ptx(ptx_a, SourceFiles([a]).path_of) == relative_ptx(ptx_b, SourceFiles([b]).path_of)
+
+
+def test_ptxas_runs_as_its_name_on_fixed_file_names_wherever_the_input_is(tmp_path, monkeypatch):
+    """The input's path and argv[0] reach ptxas-blackwell's allocation (xisa.compile.ptxas): ptxas gets the same
+    command whatever folder Triton's temp file and the virtual environment are in, in a fresh folder of its own,
+    and the output lands where Triton reads it."""
+    import subprocess
+
+    from xisa.compile import ptxas
+
+    seen = []
+
+    def run(argv, *, executable, cwd, **kwargs):
+        seen.append((argv, executable, sorted(p.name for p in Path(cwd).iterdir())))
+        (Path(cwd) / argv[-1]).write_bytes((Path(cwd) / argv[-3]).read_bytes() + b"// assembled")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(ptxas.subprocess, "run", run)
+    for folder in ("t", "a/much/deeper/temp/folder"):
+        tool = tmp_path / folder / "venv" / "bin" / "ptxas-blackwell"
+        source = tmp_path / folder / "tmpab12cd.ptx"
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_text(".version 8.7\n")
+        _CanonicalSubprocess.run([str(tool), "-lineinfo", "-v", "--gpu-name=sm_100a", str(source), "-o",
+                                  f"{source}.o"], check=True)
+        assert Path(f"{source}.o").read_text() == ".version 8.7\n// assembled"
+    assert [argv for argv, _, _ in seen] == [["ptxas-blackwell", "-lineinfo", "-v", "--gpu-name=sm_100a",
+                                              "kernel.ptx", "-o", "kernel.cubin"]] * 2
+    assert [executable for _, executable, _ in seen] == [str(tmp_path / f / "venv/bin/ptxas-blackwell")
+                                                         for f in ("t", "a/much/deeper/temp/folder")]
+    assert [files for _, _, files in seen] == [["kernel.ptx"]] * 2
+
+
+def test_a_ptxas_command_of_another_shape_is_refused():
+    with pytest.raises(ToolchainError, match="cannot give it fixed file names"):
+        _CanonicalSubprocess.run(["/x/ptxas", "--version"], check=True)

@@ -64,8 +64,8 @@ class Backend:
     assembly_tool: tuple[str, ...] | None
     tools: tuple[str, ...]          # the programs its compiles and analysis run (`xisa doctor` looks for them)
     # Whether its assembler must get the same input and the same addresses to give the same output
-    # (`xisa.compile.cell.canonical_ptxas`): ptxas-blackwell's register allocation follows heap addresses and the
-    # source paths in the PTX, so it runs with address randomization off and project-relative paths.
+    # (`xisa.compile.ptxas`): ptxas-blackwell's register allocation follows heap addresses and the lengths of
+    # the paths it holds, so it runs with address randomization off, relative paths and fixed file names.
     canonical_tool_inputs: bool
     base_mnemonic: Callable[[str], str]        # `v_add_f32_e32` -> `v_add_f32`, `HMMA.16816.F32` -> `HMMA`
     # The resource keys its analysis reports: those an expectation may name first, in the order

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 import re
 import sys
@@ -17,11 +15,12 @@ from xisa.analyze.model import Analysis
 from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell
 from xisa.compile.loader import load_kernel_function
+from xisa.compile.ptxas import canonical_ptxas
 from xisa.compile.reads import compiling
 from xisa.compile.standins import plain
 from xisa.compile.disassemble import kept_stages, machine_code
 from xisa.compile.result import CellResult
-from xisa.errors import ToolchainError, XisaError
+from xisa.errors import XisaError
 from xisa.spec.cases import Cell
 
 
@@ -62,43 +61,6 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
     return result
 
 
-# personality(2)'s ADDR_NO_RANDOMIZE: inherited by every process this one forks and execs.
-_ADDR_NO_RANDOMIZE = 0x0040000
-
-
-@functools.lru_cache(maxsize=1)   # the flag stays set for this process and the workers it forks
-def fixed_addresses() -> None:
-    """Turn address-space randomization off for the tools this process starts from now on (ptxas).
-
-    Measured with Triton 3.8.0's ptxas-blackwell (targets/sm_100.yaml): the same PTX gives one of two register
-    allocations, run to run, and the same one for the same input with randomization off. A launch's own compile
-    takes either; the golden must be one program, so every compile here takes the same. Where the flag cannot be
-    set, the compile is refused rather than left to chance (a refusal is not cached: each compile says so)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        current = libc.personality(0xFFFFFFFF)     # 0xffffffff: query only
-        if current != -1 and (current & _ADDR_NO_RANDOMIZE or libc.personality(current | _ADDR_NO_RANDOMIZE) != -1):
-            return
-        if _randomization_off_system_wide():
-            return
-        reason = os.strerror(ctypes.get_errno())
-    else:
-        reason = f"not supported on {sys.platform}"
-    raise ToolchainError(f"cannot turn address-space randomization off for ptxas (personality: {reason}): its "
-                         "register allocation would differ from run to run",
-                         fix="run xisa where personality(2) is allowed (e.g. docker run --security-opt "
-                             "seccomp=unconfined), or set kernel.randomize_va_space=0")
-
-
-def _randomization_off_system_wide() -> bool:
-    try:
-        return Path("/proc/sys/kernel/randomize_va_space").read_text().strip() == "0"
-    except OSError:
-        return False
-
-
 def _triton_compile(bound, target, roots):
     import triton
     from triton.compiler import ASTSource
@@ -106,45 +68,8 @@ def _triton_compile(bound, target, roots):
     source = ASTSource(bound.fn, bound.signature, bound.constexprs, bound.attrs)
     if not target.handler.canonical_tool_inputs:
         return triton.compile(source, target=bound.target, options=vars(bound.options))
-    fixed_addresses()
     with canonical_ptxas(SourceFiles(roots).path_of):
         return triton.compile(source, target=bound.target, options=vars(bound.options))
-
-
-# A `.file` directive of the PTX: its quoted paths (LLVM may write the folder and the name apart).
-_PTX_FILE_LINE = re.compile(r"^[ \t]*\.file[ \t].*$", re.MULTILINE)
-_QUOTED_ABSOLUTE = re.compile(r'"(/[^"]*)"')
-
-
-def relative_ptx(ptx: str, path_of) -> str:
-    """`ptx` with every absolute path of its `.file` directives as `path_of` shows it; nothing else changes."""
-    return _PTX_FILE_LINE.sub(
-        lambda line: _QUOTED_ABSOLUTE.sub(lambda m: '"' + path_of(m.group(1)) + '"', line.group(0)), ptx)
-
-
-@contextlib.contextmanager
-def canonical_ptxas(path_of):
-    """While Triton compiles here, ptxas gets the PTX with each `.file` path as `path_of` shows it (project- or
-    site-packages-relative), not the checkout's absolute path.
-
-    Measured with Triton 3.8.0's ptxas-blackwell (targets/sm_100.yaml): with randomization off, the PTX of
-    gemm:bf16_4k with its paths under /tmp/newuser/repo gets another register allocation than under /work/main
-    or eight other folders: the allocation follows the path strings, which only feed line information, so the
-    `.file` paths are made relative; the cubin's line information names them so. Not every path is: the PTX's DWARF
-    `.debug_info` bytes still name the checkout (README: a clone at /tmp/newuser2/repo flips gemm:bf16_4k).
-    Only ptxas's input changes: Triton's `ptx` stage, its cache key and everything before are untouched."""
-    from triton.backends.nvidia.compiler import CUDABackend
-
-    original = CUDABackend.make_cubin
-
-    def make_cubin(self, src, *args, **kwargs):   # (src, metadata, opt, capability) on Triton 3.6 to 3.9
-        return original(self, relative_ptx(src, path_of), *args, **kwargs)
-
-    CUDABackend.make_cubin = make_cubin
-    try:
-        yield
-    finally:
-        CUDABackend.make_cubin = original
 
 
 def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -> Analysis:
