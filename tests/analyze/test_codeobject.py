@@ -261,6 +261,10 @@ def test_ptxas_reads_the_same_bytes_from_any_checkout(run_xisa, tmp_path):
     (a, ptx_a), (b, ptx_b) = texts.items()
     assert ptx_a != ptx_b and str(b / "kernels").encode() in _dwarf_bytes(ptx_b)
     assert relative_ptx(ptx_a, SourceFiles([a]).path_of) == relative_ptx(ptx_b, SourceFiles([b]).path_of)
+    # and the compile workers do hand ptxas that form: the cubins, line information included, are one
+    cubin_a, cubin_b = ((root / "emit/moved/b256/sm_100/moved.cubin").read_bytes() for root in (a, b))
+    assert str(tmp_path).encode() not in cubin_a + cubin_b and b"moved.py" in cubin_b
+    assert cubin_a == cubin_b
 
 
 def test_ptxas_runs_as_its_name_on_fixed_file_names_wherever_the_input_is(tmp_path, monkeypatch):

@@ -170,17 +170,25 @@ class _CanonicalSubprocess:
 @contextlib.contextmanager
 def canonical_ptxas(path_of):
     """While Triton compiles here, its ptxas runs with fixed addresses on the PTX of `relative_ptx`, with fixed
-    file names (the module docstring says why)."""
-    from triton.backends.nvidia import compiler
+    file names (the module docstring says why).
+
+    Patched where Triton looks: the backend class it instantiates (`triton.backends.backends`), and the module
+    namespace that class's `make_cubin` runs in. Not `triton.backends.nvidia.compiler.CUDABackend`: the compile
+    workers reload that module (`runner._reimport_backend_compilers`), which defines a new class there while
+    Triton keeps instantiating the one it discovered."""
+    from triton.backends import backends
 
     fixed_addresses()
-    original, original_subprocess = compiler.CUDABackend.make_cubin, compiler.subprocess
+    backend = backends["nvidia"].compiler
+    original = backend.make_cubin
+    namespace = original.__globals__
+    original_subprocess = namespace["subprocess"]
 
     def make_cubin(self, src, *args, **kwargs):   # (src, metadata, opt, capability) on Triton 3.6 to 3.9
         return original(self, relative_ptx(src, path_of), *args, **kwargs)
 
-    compiler.CUDABackend.make_cubin, compiler.subprocess = make_cubin, _CanonicalSubprocess()
+    backend.make_cubin, namespace["subprocess"] = make_cubin, _CanonicalSubprocess()
     try:
         yield
     finally:
-        compiler.CUDABackend.make_cubin, compiler.subprocess = original, original_subprocess
+        backend.make_cubin, namespace["subprocess"] = original, original_subprocess
