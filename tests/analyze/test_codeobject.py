@@ -301,3 +301,21 @@ def test_ptxas_runs_as_its_name_on_fixed_file_names_wherever_the_input_is(tmp_pa
 def test_a_ptxas_command_of_another_shape_is_refused():
     with pytest.raises(ToolchainError, match="cannot give it fixed file names"):
         _CanonicalSubprocess.run(["/x/ptxas", "--version"], check=True)
+
+
+def test_every_compile_unit_is_made_relative_with_its_own_offsets():
+    """LLVM writes a unit per function with debug information (a noinline callee's too): each one's folder, length
+    and references are its own."""
+    def two_units(folder: str) -> str:
+        one = _debug_info(folder)
+        head, info = one.split(".section\t.debug_info\n\t{\n")
+        unit, tail = info.split("\t}\n", 1)
+        return f"{head}.section\t.debug_info\n\t{{\n{unit}{unit}\t}}\n{tail}"
+
+    short, deep = (relative_ptx(".version 8.7\n" + two_units(f), lambda p: p.rpartition("/")[2])
+                   for f in ("/w/kernels", "/a/much/longer/checkout/kernels"))
+    assert short == deep
+    info = short.split(".section\t.debug_info")[1].split("}")[0]
+    numbers = [int(line.split()[1]) for line in info.splitlines() if line.startswith(".b32 ") and line.split()[1].isdigit()]
+    length = 7 + 1 + len("kernels") + 1 + 1 + 4 + 8 + 2
+    assert numbers == [length, 12 + len("kernels") + 1, 7] * 2

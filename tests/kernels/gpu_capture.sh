@@ -3,9 +3,12 @@
 # each one's cubin with the cubins the launches themselves compiled (byte for byte outside debug information:
 # xisa hands ptxas project-relative source paths, a launch its checkout's absolute ones). Two programs:
 #   1. tests/kernels/spec_launches.py with every hand-written sm_90 cell of kernels/*.yaml (their runtime checks);
-#   2. examples/liger/run_liger.py, Liger Kernel from a wheel in $WHEELS (an adopter's library, `module:` specs).
+#   2. examples/liger/run_liger.py, Liger Kernel from a wheel in $WHEELS (an adopter's library, `module:` specs);
+#   3. FlagGems' own tests from its source tree in $LIBS/flaggems (FLAGGEMS_TESTS: which test files);
+#   4. examples/fla/run_fla.py, fla-core from a wheel in $LIBS.
 # Then `xisa device --arch sm_90` (hand-written cells: launch fingerprint = ahead-of-time fingerprint).
-#     tests/kernels/gpu_capture.sh OUT_DIR          (WHEELS: a folder of wheels to install offline, optional)
+#     tests/kernels/gpu_capture.sh OUT_DIR          (WHEELS: a folder of wheels to install offline, optional;
+#                                                    LIBS: FlagGems' tree and fla-core's wheel, optional)
 # Prints one summary line per program: "<program>: N captured cells, M with a launch cubin identical outside
 # debug information".
 set -uo pipefail
@@ -61,7 +64,32 @@ printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/liger/pyproject.toml"
 echo "liger: capture exit $? ($(grep -c '^wrote' "$out/liger-capture.txt") specs)"
 compare liger "$work/liger" "$work/launch-liger"
 
-# 3. The device tier on the hand-written cells.
+# 3. FlagGems, from its GitHub tree's own tests (LIBS/flaggems: src/ and tests/ of the tree), and 4. fla-core from a
+# wheel in LIBS, its ops run by examples/fla/run_fla.py: as adopters capture them, in repositories of their own.
+libs=${LIBS:-}
+captured="spec/captured liger/captured"
+if [ -n "$libs" ] && [ -d "$libs/flaggems/src" ]; then
+    mkdir -p "$work/flaggems" && printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/flaggems/pyproject.toml"
+    tests=${FLAGGEMS_TESTS:-tests/test_norm_ops.py tests/test_reduction_ops.py tests/test_special_ops.py}
+    (cd "$libs/flaggems" && PYTHONPATH=$repo:$PWD/src TRITON_CACHE_DIR=$work/launch-flaggems \
+        xisa capture --out "$work/flaggems/captured" -- "$python" -m pytest -q -p no:cacheprovider --mode quick $tests) \
+        > "$out/flaggems-capture.txt" 2>&1
+    echo "flaggems: capture exit $? ($(grep -c '^wrote' "$out/flaggems-capture.txt") specs)"
+    PYTHONPATH=$repo:$libs/flaggems/src compare flaggems "$work/flaggems" "$work/launch-flaggems"
+    captured+=" flaggems/captured"
+fi
+if [ -n "$libs" ] && ls "$libs"/fla_core-*.whl >/dev/null 2>&1; then
+    "$python" -m pip install -q --no-index --no-deps --target "$work/site-fla" "$libs"/fla_core-*.whl
+    mkdir -p "$work/fla" && cp examples/fla/run_fla.py "$work/fla/"
+    printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/fla/pyproject.toml"
+    (cd "$work/fla" && PYTHONPATH=$repo:$work/site-fla TRITON_CACHE_DIR=$work/launch-fla \
+        xisa capture -- "$python" run_fla.py) > "$out/fla-capture.txt" 2>&1
+    echo "fla: capture exit $? ($(grep -c '^wrote' "$out/fla-capture.txt") specs)"
+    PYTHONPATH=$repo:$work/site-fla compare fla "$work/fla" "$work/launch-fla"
+    captured+=" fla/captured"
+fi
+
+# 5. The device tier on the hand-written cells.
 aot device --arch sm_90 --json > "$out/device.json" 2> "$out/device.err"
 echo "device: exit $?"
-tar -C "$work" -czf "$out/captured.tgz" spec/captured liger/captured
+tar -C "$work" -czf "$out/captured.tgz" $captured

@@ -103,6 +103,10 @@ def _main(argv: list[str] | None) -> None:
               "free space)", file=sys.stderr)
         sys.exit(2)
     except Exception as exc:  # click usage errors (typer >= 0.22 vendors click as typer._click)
+        from xisa.__main__ import interrupted
+
+        if interrupted(exc):   # Ctrl-C inside a lazy import's class creation, wrapped in a RuntimeError
+            _interrupted()
         if isinstance(exc, _click_exceptions()):
             message = " ".join(exc.format_message().split())
             ctx = getattr(exc, "ctx", None)

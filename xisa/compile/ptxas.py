@@ -108,25 +108,37 @@ def _attribute_forms(abbrev: str) -> dict[str, set[str]]:
 
 
 def _relative_debug_info(body: str, forms: dict[str, set[str]], path_of) -> str:
+    """Each compile unit (LLVM writes one per function with its own debug information, a noinline callee's too)
+    with its `DW_AT_comp_dir` as `path_of` shows it; a unit's own length and references follow."""
     items = _items(body)
-    starts = [i for i, (_, _, comment) in enumerate(items) if comment == "DW_AT_comp_dir"]
-    if not starts:
-        return "\n" + "".join(f".b{size * 8} {value}\n" for size, value, _ in items)
-    if len(starts) > 1 or sum(comment == "Length of Unit" for _, _, comment in items) != 1:
-        raise _unknown("more than one compile unit")
-    if forms.get("DW_AT_comp_dir", {"DW_FORM_string"}) != {"DW_FORM_string"}:
-        raise _unknown(f"DW_AT_comp_dir as {sorted(forms['DW_AT_comp_dir'])}")
-    start = starts[0]
-    end = next(i for i in range(start, len(items)) if items[i][1] == "0")
-    folder = bytes(int(value) for _, value, _ in items[start:end]).decode("utf-8")
-    shown = path_of(folder).encode("utf-8")
-    delta = len(shown) - (end - start)
-    where = sum(size for size, _, _ in items[:start])       # the string's offset in the unit: later DIEs move
+    starts = [i for i, (_, _, comment) in enumerate(items) if comment == "Length of Unit"]
+    if items and starts[:1] != [0]:
+        raise _unknown("data before its first compile unit")
     references = {a for a, f in forms.items() if f & _REFERENCE_FORMS}
     if any(f & _REFERENCE_FORMS != {"DW_FORM_ref4"} or len(f) > 1 for a, f in forms.items() if a in references):
         raise _unknown("references other than DW_FORM_ref4")
+    if forms.get("DW_AT_comp_dir", {"DW_FORM_string"}) != {"DW_FORM_string"}:
+        raise _unknown(f"DW_AT_comp_dir as {sorted(forms['DW_AT_comp_dir'])}")
     out = []
-    for i, (size, value, comment) in enumerate(items):
+    for start, end in zip(starts, [*starts[1:], len(items)]):
+        out += _relative_unit(items[start:end], references, path_of)
+    return "\n" + "".join(line + "\n" for line in out)
+
+
+def _relative_unit(unit: list[tuple[int, str, str]], references: set[str], path_of) -> list[str]:
+    folders = [i for i, (_, _, comment) in enumerate(unit) if comment == "DW_AT_comp_dir"]
+    if len(folders) > 1:
+        raise _unknown("a compile unit with two DW_AT_comp_dir")
+    if not folders:
+        return [f".b{size * 8} {value}" for size, value, _ in unit]
+    start = folders[0]
+    end = next(i for i in range(start, len(unit)) if unit[i][1] == "0")
+    folder = bytes(int(value) for _, value, _ in unit[start:end]).decode("utf-8")
+    shown = path_of(folder).encode("utf-8")
+    delta = len(shown) - (end - start)
+    where = sum(size for size, _, _ in unit[:start])       # the string's offset in the unit: later DIEs move
+    out = []
+    for i, (size, value, comment) in enumerate(unit):
         if start <= i < end:
             if i == start:
                 out += [f".b8 {byte}" for byte in shown]
@@ -134,7 +146,7 @@ def _relative_debug_info(body: str, forms: dict[str, set[str]], path_of) -> str:
         if value.isdigit() and (comment == "Length of Unit" or (comment in references and int(value) > where)):
             value = str(int(value) + delta)
         out.append(f".b{size * 8} {value}")
-    return "\n" + "\n".join(out) + "\n"
+    return out
 
 
 def _unknown(what: str) -> ToolchainError:
