@@ -117,8 +117,9 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
     else:
         top = None
 
-    def isolated(name: str, module: Any) -> bool:
-        return is_project_module(name, module) or (top is not None and name.partition(".")[0] == top)
+    def isolated(name: str, module: Any) -> bool:   # a package that asked the device is loaded anew per load
+        package = name.partition(".")[0]
+        return is_project_module(name, module) or package == top or package in WORKER.device_packages
 
     set_aside = {name: module for name, module in list(sys.modules.items()) if isolated(name, module)}
     for name in set_aside:

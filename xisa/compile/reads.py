@@ -149,12 +149,15 @@ def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
     loaded = WORKER.loaded[WORKER.key(spec, target)]
     WORKER.compiling = CompileUnderWay(loaded, [], {})
     WORKER.reads = WORKER.compiling.reads
+    driver = None
     try:
-        with target_driver(target) if target is not None else contextlib.nullcontext():
-            yield   # a heuristic or constexpr function asking the current target gets the cell's
+        with target_driver(target) if target is not None else contextlib.nullcontext() as driver:
+            yield   # a heuristic or constexpr function asking the device gets the cell's target's answers
     finally:
         loaded.compile_reads.update(compile_reads())
         WORKER.reads, WORKER.compiling = None, None
+        if driver is not None and driver.asked_target:
+            WORKER.mark_per_target(spec, target)
 
 
 def compile_reads() -> dict[str, str | None]:

@@ -48,6 +48,31 @@ class WorkerState:
     output_folders: tuple[str, ...] = ()
     # The audit hook is installed (once per process: a hook cannot be removed, so `reset` keeps this).
     reads_hooked: bool = False
+    # Top packages whose code asked the device during a load or compile (`xisa.compile.device_answers`): they may
+    # keep the answers (module globals, functools.cache), so every load imports them anew. Kept by `reset`: it is
+    # what those packages do, not a load.
+    device_packages: set[str] = field(default_factory=set)
+
+    def learn_device_packages(self, packages: set[str]) -> None:
+        """Packages newly seen asking the device: the loads made so far may share their modules (with answers
+        for one target in them), so all but the compile under way are forgotten and load again."""
+        new = packages - self.device_packages
+        if not new:
+            return
+        self.device_packages |= new
+        keep = self.compiling.loaded if self.compiling is not None else None
+        self.loaded = {key: loaded for key, loaded in self.loaded.items() if loaded is keep}
+
+    def mark_per_target(self, spec: KernelSpec, target) -> None:
+        """A compile of `spec` asked the device: its load is one per target from now on (the one in hand becomes
+        `target`'s, the other targets load anew)."""
+        key = self.key(spec)
+        if key in self.per_target:
+            return
+        loaded = self.loaded.pop(key, None)
+        self.per_target.add(key)
+        if loaded is not None:
+            self.loaded[self.key(spec, target)] = loaded
 
     def key(self, spec: KernelSpec, target=None) -> tuple:
         """The load of `spec` for `target`: one per spec, or one per target once its load asked the target."""
