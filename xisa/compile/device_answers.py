@@ -58,7 +58,7 @@ TRITON_PROPERTIES: dict[str, dict[str, str | None]] = {
 }
 
 # Never a package whose answers could be stale: the toolchain and xisa itself answer, they do not keep answers.
-_NOT_ASKERS = frozenset({"torch", "triton", "xisa", "importlib", "_frozen_importlib", "_frozen_importlib_external"})
+_NOT_ASKERS = frozenset({"_frozen_importlib", "_frozen_importlib_external", "sitecustomize"})
 
 
 class DeviceAnswers:
@@ -144,6 +144,8 @@ class DeviceAnswers:
 def _asking_packages() -> set[str]:
     """The top packages of the frames between a device query and the xisa code that loads or compiles (modules
     being imported, heuristics running): those that may keep what they were told."""
+    from xisa.compile.reads import ENVIRONMENT_PACKAGES   # (reads imports this module's user)
+
     packages = set()
     frame = sys._getframe(2)
     while frame is not None:
@@ -152,7 +154,7 @@ def _asking_packages() -> set[str]:
         if top == "xisa" and not name.startswith("xisa.compile.device_answers") \
                 and not name.startswith("xisa.compile.target_driver"):
             break   # the loader or binder that started this: nothing further out is part of the load
-        if top and top not in _NOT_ASKERS and top not in sys.stdlib_module_names:
+        if top and top not in _NOT_ASKERS and top not in ENVIRONMENT_PACKAGES and top not in sys.stdlib_module_names:
             packages.add(top)
         frame = frame.f_back
     return packages

@@ -161,7 +161,9 @@ def answer_device_queries(target_name: str, target_dirs: list[Path] | None = Non
         from triton.runtime.driver import driver
 
         driver.set_active(stand_in)
-        torch_answers(stand_in.answers).__enter__()   # for the process's lifetime: never exited
+        answering = torch_answers(stand_in.answers)
+        answering.__enter__()    # for the process's lifetime: never exited (held, so it is not collected and undone)
+        _PROCESS_ANSWERS.append(answering)
 
     if "triton" in sys.modules and "torch" in sys.modules:
         activate()
@@ -170,9 +172,12 @@ def answer_device_queries(target_name: str, target_dirs: list[Path] | None = Non
     return stand_in
 
 
+_PROCESS_ANSWERS: list = []
+
+
 class _AfterImport:
     """A meta-path finder that runs `then` right after module `name` has executed (once), so answering the device
-    imports neither torch nor Triton before the program does."""
+    imports neither torch nor Triton before the program does (as xisa/capture_site's own finder patches)."""
 
     def __init__(self, name: str, then):
         self.name, self.then = name, then
@@ -180,12 +185,17 @@ class _AfterImport:
     def find_spec(self, name, path=None, target=None):
         if name != self.name:
             return None
-        sys.meta_path.remove(self)
-        import importlib.util
-
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
+        sys.meta_path.remove(self)
         loader, then = spec.loader, self.then
         original = loader.exec_module
 
