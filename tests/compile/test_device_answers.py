@@ -250,3 +250,73 @@ def test_capture_answers_as_a_target_for_the_whole_process(tmp_path):
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=120)
     assert done.stdout.strip() == "NVIDIA GeForce RTX 3090 (8, 6) 101376", done.stderr
+
+
+# --- real libraries: fla-core 0.6.0 and FlagGems 5.0.2 as installed (skipped where they are not) ----------------
+
+FLA_KERNEL = '''import triton
+import triton.language as tl
+
+from fla.utils import IS_NVIDIA_HOPPER, check_shared_mem
+
+BLOCK = 128 if check_shared_mem("hopper") else 64 if check_shared_mem("ampere") else 32
+
+
+@triton.jit
+def kern(y_ptr, BLOCK: tl.constexpr = BLOCK, HOPPER: tl.constexpr = IS_NVIDIA_HOPPER):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.full((BLOCK,), HOPPER, tl.float32))
+'''
+
+
+def _library_project(root: Path, spec: str, kernel: str | None = None) -> Path:
+    files = {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/k.yaml": spec}
+    if kernel is not None:
+        files["kernels/k.py"] = kernel
+    return write_files(root, files)
+
+
+def test_fla_picks_on_each_target_what_it_picks_on_that_gpu(tmp_path):
+    """fla's hardware probe (IS_NVIDIA_HOPPER, check_shared_mem) asked from a project kernel: the H200's answers on
+    sm_90 (Hopper, 227 KiB), an A100's on sm_80 (163 KiB: 'ampere'), 99 KiB on sm_86 and 64 KiB on gfx942 are
+    neither; on a CPU without the answers fla falls back to 'cpu' and False everywhere."""
+    pytest.importorskip("fla.utils")
+    root = _library_project(tmp_path / "proj", SPEC.format(name="k", function="kern", targets="sm_90, sm_80, sm_86, "
+                                                           "gfx942").replace("shape: [256]", "shape: [128]"), FLA_KERNEL)
+    results = _compile(root, tmp_path / "cache")
+    assert {cell: r.binding["constexprs"] for cell, r in results.items()} == {
+        "k:c@sm_90": {"BLOCK": 128, "HOPPER": True}, "k:c@sm_80": {"BLOCK": 64, "HOPPER": False},
+        "k:c@sm_86": {"BLOCK": 32, "HOPPER": False}, "k:c@gfx942": {"BLOCK": 32, "HOPPER": False}}
+
+
+def test_an_fla_kernel_autotunes_over_the_configs_of_the_targets_shared_memory(tmp_path):
+    """fla.ops...dplr.chunk_o_fwd builds its autotuner at import from check_shared_mem(): BK/BV of 32, 64, 128 on a
+    GPU with over 100 KiB per block (an H100 or H200), 16 and 32 below it (an RTX 3090's 99 KiB)."""
+    pytest.importorskip("fla.ops")
+    from xisa.api import open_workspace
+    from xisa.compile.loader import load_kernel_object, unwrap_kernel
+
+    spec_text = ("name: o\nmodule: fla.ops.generalized_delta_rule.dplr.chunk_o_fwd\nfunction: chunk_dplr_fwd_kernel_o\n"
+                 "targets: [sm_90, sm_86]\ncases:\n  - name: c\n    args: {qg: {tensor: bf16, shape: [1]}}\n")
+    ws = open_workspace(cwd=_library_project(tmp_path / "proj", spec_text))
+    blocks = {}
+    for name in ("sm_90", "sm_86"):
+        kernel = load_kernel_object(ws.specs[0], roots=list(ws.project.kernel_roots), target=ws.targets[name])
+        tuner = next(w for w in unwrap_kernel(kernel, ws.specs[0])[1] if hasattr(w, "configs"))
+        blocks[name] = (len(tuner.configs), sorted({c.kwargs["BK"] for c in tuner.configs}))
+    assert blocks == {"sm_90": (135, [32, 64, 128]), "sm_86": (60, [16, 32])}
+
+
+def test_flag_gems_imports_on_a_cpu_machine_and_asks_each_target(tmp_path, monkeypatch):
+    """FlagGems asks torch.cuda at import (device count, arch, SM count, L2): it loads for each target."""
+    from importlib.util import find_spec
+
+    if find_spec("flag_gems") is None or find_spec("sqlalchemy") is None:   # (importing it here would ask torch.cuda)
+        pytest.skip("flag_gems (and its sqlalchemy) is not installed")
+    monkeypatch.setenv("GEMS_VENDOR", "nvidia")   # FlagGems' own switch past its vendor probe
+    spec_text = ("name: absolute\nmodule: flag_gems.ops.absolute\nfunction: _absolute_kernel\ntargets: [sm_90, sm_86]\n"
+                 "cases:\n  - name: c\n    args: {x_ptr: {tensor: fp32, shape: [1024]}, out_ptr: {tensor: fp32, shape: "
+                 "[1024]}, n_elements: 1024}\n    constexprs: {BLOCK_SIZE: 1024}\n")
+    results = _compile(_library_project(tmp_path / "proj", spec_text), tmp_path / "cache")
+    assert {cell: r.status for cell, r in results.items()} == {"absolute:c@sm_90": "ok", "absolute:c@sm_86": "ok"}, \
+        {cell: r.error for cell, r in results.items()}
