@@ -320,3 +320,20 @@ def test_flag_gems_imports_on_a_cpu_machine_and_asks_each_target(tmp_path, monke
     results = _compile(_library_project(tmp_path / "proj", spec_text), tmp_path / "cache")
     assert {cell: r.status for cell, r in results.items()} == {"absolute:c@sm_90": "ok", "absolute:c@sm_86": "ok"}, \
         {cell: r.error for cell, r in results.items()}
+
+
+def test_the_capture_hook_answers_as_the_target_xisa_capture_as_names(tmp_path):
+    """xisa/capture_site/sitecustomize.py with XISA_CAPTURE_AS=gfx950: every Python process of the captured program
+    sees an MI350X; an unknown target stops the program in one line (it would otherwise see this machine)."""
+    site = REPO / "xisa" / "capture_site"
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "XISA_CAPTURE_RECORDS")},
+           "PYTHONPATH": str(site), "XISA_CAPTURE_AS": "gfx950", "XISA_CAPTURE_TARGETS": str(REPO / "targets")}
+    program = ("import torch, triton\nprint(torch.cuda.get_device_capability(), torch.version.hip is not None,\n"
+               "      triton.runtime.driver.active.utils.get_device_properties(0)['max_shared_mem'])\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120)
+    assert done.stdout.strip() == "(9, 5) True 163840", done.stderr
+    wrong = subprocess.run([sys.executable, "-c", "print('ran')"], capture_output=True, text=True, cwd=tmp_path,
+                           env={**env, "XISA_CAPTURE_AS": "gfx9"}, timeout=120)
+    assert wrong.returncode == 2 and wrong.stdout == "" and len(wrong.stderr.splitlines()) == 1
+    assert wrong.stderr.startswith("xisa capture: XISA_CAPTURE_AS=gfx9: ") and "did you mean 'gfx90a'?" in wrong.stderr
