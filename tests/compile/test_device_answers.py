@@ -38,8 +38,14 @@ SMS = torch.cuda.get_device_properties(0).multi_processor_count
 def heuristic_block(args) -> int:
     return 256 if big_shared_memory() else 32
 ''',
-    # Asks nothing at import: the first question comes from a heuristic while a cell binds.
-    "lazylib/__init__.py": """import functools
+    # Asks nothing at import: the first question comes from a heuristic while a cell binds, through a module the
+    # heuristic imports then (FlagGems' `from flag_gems.utils.device_info import ...` inside a function).
+    "lazylib/__init__.py": """def heuristic_block(args) -> int:
+    from lazylib.probe import sms
+
+    return 256 if sms() > 100 else 32
+""",
+    "lazylib/probe.py": """import functools
 
 import torch
 
@@ -47,10 +53,6 @@ import torch
 @functools.cache
 def sms() -> int:
     return torch.cuda.get_device_properties(0).multi_processor_count
-
-
-def heuristic_block(args) -> int:
-    return 256 if sms() > 100 else 32
 """,
 }
 

@@ -22,6 +22,10 @@ class LoadedModule:
     compile_reads: dict[str, str | None] = field(default_factory=dict)   # files its compiles read, so far
     package_folders: tuple[str, ...] = ()   # the kernel's own package: its files count wherever it is installed
     asked_target: bool = False              # the load asked the driver for the current target: one per target
+    # The modules the load imported and took out of sys.modules after it (the project's, the kernel's package, the
+    # packages that asked the device): in sight again while its cells compile, so a heuristic's lazy import finds
+    # the load's own module, not a fresh copy that would stay behind with this target's answers.
+    modules: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
