@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from xisa.compile.state import ENVIRONMENT_PACKAGES
 from xisa.errors import TargetError
 from xisa.spec.device_facts import device_fact
 
@@ -113,6 +114,8 @@ class DeviceAnswers:
     def device_index(self, device: Any, query: str) -> int:
         """0 for the one device a compile has (None, 0, 'cuda', 'cuda:0', torch.device('cuda')); any other is refused."""
         index = getattr(device, "index", device)
+        if getattr(device, "type", "cuda") not in ("cuda", "hip"):
+            raise self.refuse(query, why=f"{device!r} is no GPU")
         if isinstance(device, str):
             index = device.partition(":")[2] or None
             if device.partition(":")[0] not in ("cuda", "hip"):
@@ -144,8 +147,6 @@ class DeviceAnswers:
 def _asking_packages() -> set[str]:
     """The top packages of the frames between a device query and the xisa code that loads or compiles (modules
     being imported, heuristics running): those that may keep what they were told."""
-    from xisa.compile.reads import ENVIRONMENT_PACKAGES   # (reads imports this module's user)
-
     packages = set()
     frame = sys._getframe(2)
     while frame is not None:

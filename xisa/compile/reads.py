@@ -17,14 +17,12 @@ import types
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from xisa.compile.state import WORKER, CompileUnderWay
+from xisa.compile.state import ENVIRONMENT_PACKAGES, WORKER, CompileUnderWay
 from xisa.compile.target_driver import target_driver
 from xisa.spec.cases import KernelSpec
 
 # Kernel files never live here, and reading some of these never ends.
 _SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
-# Always the environment, wherever they are installed from (an editable Triton is still the toolchain).
-ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
 _XISA_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 # A depfile entry `$NAME` stands for the environment variable NAME (a path is always absolute).
 ENVIRONMENT_ENTRY = "$"

@@ -12,6 +12,10 @@ from typing import Any
 
 from xisa.spec.cases import KernelSpec
 
+# Always the environment, wherever they are installed from (an editable Triton is still the toolchain): never a
+# project module, never loaded anew, never a package that keeps device answers.
+ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
+
 
 @dataclass
 class LoadedModule:
