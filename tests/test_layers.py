@@ -14,7 +14,7 @@ PACKAGE = Path(xisa.__file__).resolve().parent
 LAYERS = ["base", "analyze", "spec", "compile", "golden", "device", "render", "app", "shell"]
 BASE = {"errors", "names", "yamlio", "fsio", "__init__", "__main__"}
 APP = {"api", "doctor"}   # the application layer: the api package, and doctor beside it
-SHELLS = {"cli", "pytest_plugin", "__main__"}
+SHELLS = {"cli", "pytest_plugin", "__main__", "capture_site"}   # capture_site: the hook in a captured program
 
 
 def layer_of(module: str) -> str:

@@ -408,5 +408,20 @@ def _install() -> None:
     sys.meta_path.insert(0, _PatchOnImport(recorder))
 
 
+# --- device answers: XISA_CAPTURE_AS=<target> answers the program's device queries (torch.cuda, Triton's driver) as
+# that target's reference product (xisa.compile.target_driver.answer_device_queries), for a capture on a machine
+# without its GPU; XISA_CAPTURE_TARGETS: the target folders (os.pathsep-separated), else the working folder's project.
+# Asked for explicitly, so a failure stops the program in one line instead of letting it see this machine's device.
+if os.environ.get("XISA_CAPTURE_AS"):
+    sys.path.append(os.path.dirname(os.path.dirname(_HERE)))   # xisa itself, wherever the program's Python is
+    try:
+        from xisa.compile.target_driver import answer_device_queries
+
+        _folders = [p for p in os.environ.get("XISA_CAPTURE_TARGETS", "").split(os.pathsep) if p]
+        answer_device_queries(os.environ["XISA_CAPTURE_AS"], [__import__("pathlib").Path(p) for p in _folders] or None)
+    except Exception as exc:
+        print(f"xisa capture: XISA_CAPTURE_AS={os.environ['XISA_CAPTURE_AS']}: {exc}", file=sys.stderr, flush=True)
+        os._exit(2)
+
 _install()
 _chain()

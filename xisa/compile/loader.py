@@ -117,13 +117,15 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
     else:
         top = None
 
-    def isolated(name: str, module: Any) -> bool:
-        return is_project_module(name, module) or (top is not None and name.partition(".")[0] == top)
+    def isolated(name: str, module: Any) -> bool:   # a package that asked the device is loaded anew per load
+        package = name.partition(".")[0]
+        return is_project_module(name, module) or package == top or package in WORKER.device_packages
 
     set_aside = {name: module for name, module in list(sys.modules.items()) if isolated(name, module)}
     for name in set_aside:
         del sys.modules[name]
     before = set(sys.modules)
+    dropped: dict[str, Any] = {}
     WORKER.reads, WORKER.env_reads = reads, variables = [], set()
     try:
         with watched_environment(), _from_source(), target_driver(target) as driver, \
@@ -146,7 +148,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
         for name in set(sys.modules) - before:
             added = sys.modules[name]   # an object put there in a module's place (`sys.modules[__name__] = ...`) too
             if isolated(name, added) or not isinstance(added, types.ModuleType):
-                del sys.modules[name]
+                dropped[name] = sys.modules.pop(name)   # back in sight while its cells compile (reads.compiling)
         sys.modules.update(set_aside)
         sys.path[:] = saved_path
         changed = _restore_process(saved_environ, saved_knobs)
@@ -157,7 +159,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
                         field="source" if spec.source_file else "module",
                         fix="remove the setting from the module (xisa compiles every kernel as a default launch)")
     return LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())),
-                        package_folders=folders, asked_target=driver.asked_target)
+                        package_folders=folders, asked_target=driver.asked_target, modules=dropped)
 
 
 IMPORT_HOOK = "xisa_import_hook"

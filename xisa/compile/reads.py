@@ -17,14 +17,12 @@ import types
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from xisa.compile.state import WORKER, CompileUnderWay
+from xisa.compile.state import ENVIRONMENT_PACKAGES, WORKER, CompileUnderWay
 from xisa.compile.target_driver import target_driver
 from xisa.spec.cases import KernelSpec
 
 # Kernel files never live here, and reading some of these never ends.
 _SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
-# Always the environment, wherever they are installed from (an editable Triton is still the toolchain).
-ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
 _XISA_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 # A depfile entry `$NAME` stands for the environment variable NAME (a path is always absolute).
 ENVIRONMENT_ENTRY = "$"
@@ -149,12 +147,33 @@ def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
     loaded = WORKER.loaded[WORKER.key(spec, target)]
     WORKER.compiling = CompileUnderWay(loaded, [], {})
     WORKER.reads = WORKER.compiling.reads
+    driver = None
     try:
-        with target_driver(target) if target is not None else contextlib.nullcontext():
-            yield   # a heuristic or constexpr function asking the current target gets the cell's
+        with _load_in_sight(loaded), \
+                target_driver(target) if target is not None else contextlib.nullcontext() as driver:
+            yield   # a heuristic or constexpr function asking the device gets the cell's target's answers
     finally:
         loaded.compile_reads.update(compile_reads())
         WORKER.reads, WORKER.compiling = None, None
+        if driver is not None and driver.asked_target:
+            WORKER.mark_per_target(spec, target)
+
+
+@contextlib.contextmanager
+def _load_in_sight(loaded) -> Iterator[None]:
+    """The load's own modules in sys.modules while its cells compile, and nothing else of their packages; a module
+    a heuristic imports then (`from lib.device_info import f` inside a function) joins them instead of staying."""
+    packages = {name.partition(".")[0] for name in loaded.modules} | WORKER.device_packages
+    others = {name: module for name, module in list(sys.modules.items()) if name.partition(".")[0] in packages}
+    for name in others:
+        del sys.modules[name]
+    sys.modules.update(loaded.modules)
+    try:
+        yield
+    finally:
+        for name in [n for n in sys.modules if n.partition(".")[0] in packages]:
+            loaded.modules[name] = sys.modules.pop(name)
+        sys.modules.update(others)
 
 
 def compile_reads() -> dict[str, str | None]:

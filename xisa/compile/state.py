@@ -12,6 +12,10 @@ from typing import Any
 
 from xisa.spec.cases import KernelSpec
 
+# Always the environment, wherever they are installed from (an editable Triton is still the toolchain): never a
+# project module, never loaded anew, never a package that keeps device answers.
+ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
+
 
 @dataclass
 class LoadedModule:
@@ -22,6 +26,10 @@ class LoadedModule:
     compile_reads: dict[str, str | None] = field(default_factory=dict)   # files its compiles read, so far
     package_folders: tuple[str, ...] = ()   # the kernel's own package: its files count wherever it is installed
     asked_target: bool = False              # the load asked the driver for the current target: one per target
+    # The modules the load imported and took out of sys.modules after it (the project's, the kernel's package, the
+    # packages that asked the device): in sight again while its cells compile, so a heuristic's lazy import finds
+    # the load's own module, not a fresh copy that would stay behind with this target's answers.
+    modules: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -48,6 +56,31 @@ class WorkerState:
     output_folders: tuple[str, ...] = ()
     # The audit hook is installed (once per process: a hook cannot be removed, so `reset` keeps this).
     reads_hooked: bool = False
+    # Top packages whose code asked the device during a load or compile (`xisa.compile.device_answers`): they may
+    # keep the answers (module globals, functools.cache), so every load imports them anew. Kept by `reset`: it is
+    # what those packages do, not a load.
+    device_packages: set[str] = field(default_factory=set)
+
+    def learn_device_packages(self, packages: set[str]) -> None:
+        """Packages newly seen asking the device: the loads made so far may share their modules (with answers
+        for one target in them), so all but the compile under way are forgotten and load again."""
+        new = packages - self.device_packages
+        if not new:
+            return
+        self.device_packages |= new
+        keep = self.compiling.loaded if self.compiling is not None else None
+        self.loaded = {key: loaded for key, loaded in self.loaded.items() if loaded is keep}
+
+    def mark_per_target(self, spec: KernelSpec, target) -> None:
+        """A compile of `spec` asked the device: its load is one per target from now on (the one in hand becomes
+        `target`'s, the other targets load anew)."""
+        key = self.key(spec)
+        if key in self.per_target:
+            return
+        loaded = self.loaded.pop(key, None)
+        self.per_target.add(key)
+        if loaded is not None:
+            self.loaded[self.key(spec, target)] = loaded
 
     def key(self, spec: KernelSpec, target=None) -> tuple:
         """The load of `spec` for `target`: one per spec, or one per target once its load asked the target."""

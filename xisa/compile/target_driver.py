@@ -1,30 +1,89 @@
-"""The GPU driver Triton sees while a kernel module loads or a cell compiles: it answers for the cell's target."""
+"""The GPU driver Triton sees while a kernel module loads or a cell compiles: it answers for the cell's target.
+
+`target_driver(target)` makes xisa's stand-in Triton's active driver and answers torch.cuda's device queries
+(`xisa.compile.device_answers`) for the target, and puts both back after. `answer_device_queries(name)` does the
+same for the rest of a process (`xisa capture` on a machine without the target's GPU, `XISA_CAPTURE_AS`).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+
+from xisa.compile.device_answers import DeviceAnswers, UnansweredDeviceQuery, torch_answers
+
+
+class TargetUtils:
+    """`driver.active.utils`: the device's properties with the backend's keys; nothing that needs a GPU."""
+
+    def __init__(self, answers: DeviceAnswers):
+        self._answers = answers
+
+    def get_device_properties(self, device):
+        return self._answers.triton_properties(device)
+
+    def get_device_capability(self, device):
+        query = f"triton.runtime.driver.active.utils.get_device_capability({device!r})"
+        self._answers.device_index(device, query)
+        return self._answers.capability(query)
+
+    def get_current_device(self):
+        self._answers.note("triton.runtime.driver.active.utils.get_current_device()")
+        return 0
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise self._answers.refuse(f"triton.runtime.driver.active.utils.{name}", why="it needs a live GPU")
 
 
 class LoadTargetDriver:
-    """Triton's active driver while a kernel module loads: it answers `get_current_target()` with the target the
-    load is for (a module sizing a kernel from it then gets that target's value, and the module is loaded once
-    per target) and `get_active_torch_device()` with the device a launch would use. Any other query goes to the
-    machine's own driver where there is one, else is an error naming it (an invented answer would compile
-    something else)."""
+    """Triton's active driver while a kernel module loads or a cell compiles: `get_current_target()` is the target's
+    GPUTarget (a module sizing a kernel from it gets that target's value, and is loaded once per target), the
+    device queries are the target's (`DeviceAnswers`), and `get_active_torch_device()` is the device a launch
+    would use. What needs a GPU (streams, benchmarks, launchers) is refused in one line naming it: an answer from
+    this machine's own GPU would be another target's."""
 
-    def __init__(self, target, real):
+    def __init__(self, target, answers: DeviceAnswers | None = None):
         self._target = target
-        self._real = real
-        self.asked_target = False
+        self.answers = answers if answers is not None else DeviceAnswers(target)
+        self.utils = TargetUtils(self.answers)
+
+    @property
+    def asked_target(self) -> bool:
+        """The load asked the device something, so it is one per target."""
+        return bool(self.answers.asked)
+
+    @asked_target.setter
+    def asked_target(self, value: bool) -> None:   # an import hook is given the target: that is asking it
+        if value:
+            self.answers.note("the import hook's target")
 
     def get_current_target(self):
         if self._target is None:
-            if self._real is not None:
-                return self._real.get_current_target()
-            raise RuntimeError("xisa loads this kernel for no particular target, so it has no current target")
-        self.asked_target = True
+            raise self.answers.refuse("triton.runtime.driver.active.get_current_target()")
+        self.answers.note("triton.runtime.driver.active.get_current_target()")
         return self._target.gpu_target()
+
+    def get_current_device(self):
+        self.answers.note("triton.runtime.driver.active.get_current_device()")
+        return 0
+
+    def set_current_device(self, device):
+        self.answers.device_index(device, f"triton.runtime.driver.active.set_current_device({device!r})")
+
+    def get_device_capability(self, device=None):
+        query = f"triton.runtime.driver.active.get_device_capability({'' if device is None else repr(device)})"
+        self.answers.device_index(device, query)
+        return self.answers.capability(query)
+
+    def get_device_interface(self):
+        import torch
+
+        self.answers.note("triton.runtime.driver.active.get_device_interface()")
+        return torch.cuda   # answered for the target while this driver is active (torch_answers)
 
     def get_active_torch_device(self):
         import torch
@@ -37,25 +96,112 @@ class LoadTargetDriver:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        if self._real is not None:
-            return getattr(self._real, name)
-        raise RuntimeError(f"the kernel module asked the GPU driver for {name!r} at import; xisa compiles without a "
-                           "GPU: compute it in the launch function, or stub it (docs/spec-format.md, import hooks)")
+        raise self.answers.refuse(f"triton.runtime.driver.active.{name}", why="it needs a live GPU (xisa compiles "
+                                                                              "with none and runs no launch)")
 
 
 @contextlib.contextmanager
 def target_driver(target) -> Iterator[LoadTargetDriver]:
+    """Triton's driver and torch.cuda answer for `target` (None: a load for no particular target, which answers
+    nothing) until the block ends. A query with no answer is a TargetError naming it, also when the library
+    caught the UnansweredDeviceQuery and went on (its fallback would compile another kernel than the GPU's)."""
     from triton.runtime.driver import driver
 
     saved = driver._active
-    try:
-        real = driver.active     # the machine's GPU driver; none on a machine without a GPU
-    except RuntimeError:
-        real = None
-    stand_in = LoadTargetDriver(target, real)
+    stand_in = LoadTargetDriver(target)
     driver.set_active(stand_in)
+    refused: UnansweredDeviceQuery | None = None
     try:
-        yield stand_in
+        with torch_answers(stand_in.answers):
+            yield stand_in
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        refused = exc if isinstance(exc, UnansweredDeviceQuery) else _first(stand_in.answers.refused)
+        if refused is None:
+            raise
     finally:
         driver._active = saved
+        _remember_askers(stand_in.answers)
+    refused = refused or _first(stand_in.answers.refused)
+    if refused is not None:
+        raise refused.error from None
 
+
+def _first(refused: list[UnansweredDeviceQuery]) -> UnansweredDeviceQuery | None:
+    return refused[0] if refused else None
+
+
+def _remember_askers(answers: DeviceAnswers) -> None:
+    """The packages that asked keep what they were told (module globals, functools.cache): every later load in
+    this process imports them anew (`xisa.compile.loader`), so no target's answers reach another's compile."""
+    from xisa.compile.state import WORKER
+
+    WORKER.learn_device_packages(answers.askers)
+
+
+def answer_device_queries(target_name: str, target_dirs: list[Path] | None = None) -> LoadTargetDriver:
+    """Answer the device queries of the rest of this process as `target_name` would (`xisa capture` with
+    XISA_CAPTURE_AS=<target> on a machine without that GPU): Triton's driver and torch.cuda, from the target
+    file found in `target_dirs` (default: the project of the working folder). An unanswerable query raises
+    UnansweredDeviceQuery (its message is the one line), which a library cannot swallow."""
+    from xisa.spec.project import load_project
+    from xisa.spec.targets import load_targets, unknown_target
+
+    if target_dirs is None:
+        project = load_project(cwd=Path.cwd())
+        targets = load_targets(list(project.target_dirs), root=project.root)
+    else:
+        targets = load_targets(list(target_dirs))
+    if target_name not in targets:
+        raise unknown_target(target_name, targets)
+    stand_in = LoadTargetDriver(targets[target_name])
+
+    def activate() -> None:
+        from triton.runtime.driver import driver
+
+        driver.set_active(stand_in)
+        answering = torch_answers(stand_in.answers)
+        answering.__enter__()    # for the process's lifetime: never exited (held, so it is not collected and undone)
+        _PROCESS_ANSWERS.append(answering)
+
+    if "triton" in sys.modules and "torch" in sys.modules:
+        activate()
+    else:
+        sys.meta_path.insert(0, _AfterImport("triton.runtime.driver", activate))
+    return stand_in
+
+
+_PROCESS_ANSWERS: list = []
+
+
+class _AfterImport:
+    """A meta-path finder that runs `then` right after module `name` has executed (once), so answering the device
+    imports neither torch nor Triton before the program does (as xisa/capture_site's own finder patches)."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        sys.meta_path.remove(self)
+        loader, then = spec.loader, self.then
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            then()
+
+        loader.exec_module = exec_module
+        return spec

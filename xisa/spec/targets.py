@@ -9,6 +9,7 @@ from typing import Any
 
 from xisa.analyze.backends import BACKEND_NAMES, Backend, backend as backend_entry
 from xisa.errors import TargetError
+from xisa.spec.device_facts import DeviceFacts, parse_device_facts
 from xisa.names import TARGET_NAME, closest, display_path
 from xisa.yamlio import load_yaml
 
@@ -31,6 +32,7 @@ class Target:
     matrix: str
     occupancy: dict[str, Any]
     device_match: tuple[str, ...]
+    device: DeviceFacts                     # what the reference product answers a library asking the device
     sources: dict[str, str] = field(compare=False, repr=False)
     path: str = field(compare=False, repr=False, default="")
 
@@ -50,6 +52,7 @@ class Target:
             "name": self.name, "backend": self.backend, "arch": self.arch, "warp_size": self.warp_size,
             "family": self.family, "fp8": self.fp8, "matrix": self.matrix, "description": self.description,
             "occupancy": dict(self.occupancy), "device_match": list(self.device_match),
+            "device": self.device.stated(),   # the answers a load's device queries get: part of the cache key
         }
 
 
@@ -107,7 +110,8 @@ def parse_target(data: Any, path: str) -> Target:
     return Target(
         name=name, backend=backend, arch=arch, warp_size=data["warp_size"], family=str(data["family"]),
         description=str(data.get("description", "")), fp8=data["fp8"], matrix=data["matrix"],
-        occupancy=dict(occ), device_match=tuple(str(m) for m in device["match"]), sources=dict(sources), path=path,
+        occupancy=dict(occ), device_match=tuple(str(m) for m in device["match"]),
+        device=parse_device_facts(device, sources, path, backend), sources=dict(sources), path=path,
     )
 
 

@@ -1,0 +1,314 @@
+"""What a library sees when it asks the device while xisa loads, binds or compiles a kernel for a target.
+
+Libraries ask the GPU at import and in their heuristics (fla-core's `check_shared_mem`, FlagGems' `DeviceDetector`
+and `get_device_info`) and pick configs from the answers. xisa has no GPU and compiles for many targets in one
+process, so each answer comes from the target file of the cell being compiled (`xisa.spec.device_facts`), as the
+reference product of that target would give it, through the two doors libraries knock on:
+- `torch.cuda` (`is_available`, `device_count`, `current_device`, `get_device_properties`, `get_device_capability`,
+  `get_device_name`, `set_device`) and `torch.version.cuda` / `torch.version.hip`, patched for the duration only;
+- Triton's driver (`xisa.compile.target_driver`): `utils.get_device_properties(i)` with the backend's keys.
+A query xisa cannot answer (a fact the file does not state, a stream, a second device, a benchmark) raises
+`UnansweredDeviceQuery`, a BaseException, so a library's `except Exception:` fallback cannot turn it into a
+silently different config; the context that answers turns it into a one-line `TargetError` naming the query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from xisa.compile.state import ENVIRONMENT_PACKAGES
+from xisa.errors import TargetError
+from xisa.spec.device_facts import device_fact
+
+
+class UnansweredDeviceQuery(BaseException):
+    """A device query the target cannot answer. A BaseException on purpose: `except Exception` does not catch it."""
+
+    def __init__(self, error: TargetError):
+        super().__init__(str(error))
+        self.error = error
+
+
+# torch's _CudaDeviceProperties attributes (torch/csrc/cuda/Module.cpp; the same names on ROCm's torch) -> the fact
+# that answers each; None: no fact of a target model answers it (it differs per card).
+TORCH_PROPERTIES: dict[str, str | None] = {
+    "name": "name", "major": "capability", "minor": "capability", "total_memory": "total_memory",
+    "multi_processor_count": "multiprocessor_count", "warp_size": "warp_size",
+    "max_threads_per_multi_processor": "max_threads_per_multiprocessor", "max_threads_per_block": "max_threads_per_block",
+    "regs_per_multiprocessor": "registers_per_multiprocessor", "shared_memory_per_block": "shared_memory_per_block",
+    "shared_memory_per_block_optin": "shared_memory_per_block_optin",
+    "shared_memory_per_multiprocessor": "shared_memory_per_multiprocessor", "memory_bus_width": "memory_bus_width",
+    "memory_clock_rate": "memory_clock_rate", "clock_rate": "clock_rate", "L2_cache_size": "l2_cache_size",
+    "gcnArchName": "arch_name", "uuid": None, "pci_bus_id": None, "pci_device_id": None, "pci_domain_id": None,
+    "is_integrated": None, "is_multi_gpu_board": None,
+}
+
+# Triton's `driver.active.utils.get_device_properties(i)` keys per backend (Triton 3.8 backends/nvidia/driver.c and
+# backends/amd/driver.c getDeviceProperties) -> the fact that answers each.
+TRITON_PROPERTIES: dict[str, dict[str, str | None]] = {
+    "cuda": {"max_shared_mem": "shared_memory_per_block_optin", "max_num_regs": "registers_per_block",
+             "multiprocessor_count": "multiprocessor_count", "warpSize": "warp_size", "sm_clock_rate": "clock_rate",
+             "mem_clock_rate": "memory_clock_rate", "mem_bus_width": "memory_bus_width"},
+    "hip": {"max_shared_mem": "shared_memory_per_block", "max_num_regs": "registers_per_block",
+            "multiprocessor_count": "multiprocessor_count", "sm_clock_rate": "clock_rate",
+            "mem_clock_rate": "memory_clock_rate", "mem_bus_width": "memory_bus_width", "arch": "arch_name",
+            "warpSize": "warp_size", "max_threads_per_sm": "max_threads_per_multiprocessor", "cooperativeLaunch": None},
+}
+
+# Never a package whose answers could be stale: the toolchain and xisa itself answer, they do not keep answers.
+_NOT_ASKERS = frozenset({"_frozen_importlib", "_frozen_importlib_external", "sitecustomize"})
+
+
+class DeviceAnswers:
+    """The answers for one target (None: a load for no particular target, which can answer nothing), and what
+    was asked: `asked` (queries answered), `refused` (those that were not), `askers` (the top packages whose code
+    was running when the device was asked: they may keep the answers, so they are loaded anew per target)."""
+
+    def __init__(self, target):
+        self.target = target
+        self.asked: list[str] = []
+        self.refused: list[UnansweredDeviceQuery] = []
+        self.askers: set[str] = set()
+
+    # --- recording ---------------------------------------------------------------------------------------------
+
+    def note(self, query: str) -> None:
+        self.asked.append(query)
+        self.askers.update(_asking_packages())
+
+    def refuse(self, query: str, fact: str | None = None, why: str = "") -> UnansweredDeviceQuery:
+        """The error for a query with no answer, recorded (a bare `except:` that swallows it is still caught)."""
+        target = self.target
+        if target is None:
+            error = TargetError(f"the kernel's code asked the device for {query} while xisa loads it for no particular "
+                                "target (as `config: all` does, to count an autotuner's configs)",
+                                fix="give the case's config as an index or a mapping of values")
+        elif fact is not None:
+            error = TargetError(f"a library asked the device for {query}, which the file does not state for its "
+                                f"{target.device.product}", path=target.path or target.name, field=f"device.{fact}",
+                                fix=f"add device.{fact} with its source under sources.{fact}")
+        else:
+            error = TargetError(f"a library asked the device for {query}: {why or 'xisa compiles with no GPU'}",
+                                path=target.path or target.name, field="device",
+                                fix="ask it in the launch function instead (xisa runs no launch)")
+        refused = UnansweredDeviceQuery(error)
+        self.refused.append(refused)
+        return refused
+
+    # --- answers -----------------------------------------------------------------------------------------------
+
+    def fact(self, fact: str | None, query: str) -> Any:
+        if self.target is None:
+            raise self.refuse(query)
+        if fact is None:
+            raise self.refuse(query, why="it differs between cards of one model, so no target file states it")
+        value = device_fact(self.target, fact)
+        if value is None:
+            raise self.refuse(query, fact)
+        self.note(query)
+        return value
+
+    def device_index(self, device: Any, query: str) -> int:
+        """0 for the one device a compile has (None, 0, 'cuda', 'cuda:0', torch.device('cuda')); any other is refused."""
+        index = getattr(device, "index", device)
+        if getattr(device, "type", "cuda") not in ("cuda", "hip"):
+            raise self.refuse(query, why=f"{device!r} is no GPU")
+        if isinstance(device, str):
+            index = device.partition(":")[2] or None
+            if device.partition(":")[0] not in ("cuda", "hip"):
+                raise self.refuse(query, why=f"{device!r} is no GPU")
+        if index in (None, 0, "0"):
+            return 0
+        raise self.refuse(query, why=f"xisa compiles for one device, index 0, not {index!r}")
+
+    def capability(self, query: str) -> tuple[int, int]:
+        return tuple(self.fact("capability", query))
+
+    def triton_properties(self, index: Any) -> Mapping[str, Any]:
+        query = f"triton.runtime.driver.active.utils.get_device_properties({index!r})"
+        self.device_index(index, query)
+        if self.target is None:
+            raise self.refuse(query)
+        self.note(query)
+        return _TritonProperties(self, TRITON_PROPERTIES[self.target.backend], query)
+
+    def torch_properties(self, device: Any) -> TorchDeviceProperties:
+        query = f"torch.cuda.get_device_properties({'' if device is None else repr(device)})"
+        self.device_index(device, query)
+        if self.target is None:
+            raise self.refuse(query)
+        self.note(query)
+        return TorchDeviceProperties(self, query)
+
+
+def _asking_packages() -> set[str]:
+    """The top packages of the frames between a device query and the xisa code that loads or compiles (modules
+    being imported, heuristics running): those that may keep what they were told."""
+    packages = set()
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_globals.get("__name__") or ""
+        top = name.partition(".")[0]
+        if top == "xisa" and not name.startswith("xisa.compile.device_answers") \
+                and not name.startswith("xisa.compile.target_driver"):
+            break   # the loader or binder that started this: nothing further out is part of the load
+        if top and top not in _NOT_ASKERS and top not in ENVIRONMENT_PACKAGES and top not in sys.stdlib_module_names:
+            packages.add(top)
+        frame = frame.f_back
+    return packages
+
+
+class _TritonProperties(Mapping):
+    """Triton's device-properties dict: the backend's keys, each answered when read (an unstated one is refused)."""
+
+    def __init__(self, answers: DeviceAnswers, keys: dict[str, str | None], query: str):
+        self._answers, self._keys, self._query = answers, keys, query
+
+    def __getitem__(self, key):
+        if key not in self._keys:
+            raise KeyError(key)
+        value = self._answers.fact(self._keys[key], f"{self._query}[{key!r}]")
+        return value
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __repr__(self):
+        return f"<xisa: {self._query} for {self._answers.target.name}>"
+
+
+class TorchDeviceProperties:
+    """`torch.cuda.get_device_properties(...)` for the target: torch's attributes, each answered when read; an
+    attribute torch does not have raises AttributeError, as torch does (`getattr(props, 'x', default)` works)."""
+
+    def __init__(self, answers: DeviceAnswers, query: str):
+        self._answers, self._query = answers, query
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name not in TORCH_PROPERTIES:
+            raise AttributeError(f"'_CudaDeviceProperties' object has no attribute {name!r}")
+        value = self._answers.fact(TORCH_PROPERTIES[name], f"{self._query}.{name}")
+        if name in ("major", "minor"):
+            return value[0 if name == "major" else 1]
+        return value
+
+    def __dir__(self):
+        return sorted(TORCH_PROPERTIES)
+
+    def __repr__(self):
+        return f"<xisa: {self._query} for {self._answers.target.name}>"
+
+
+# --- torch.cuda, answered for the duration of a load or compile ---------------------------------------------------
+
+def _torch_functions(answers: DeviceAnswers) -> dict[str, Any]:
+    def is_available() -> bool:
+        answers.note("torch.cuda.is_available()")
+        return answers.target is not None or _refused(answers, "torch.cuda.is_available()")
+
+    def device_count() -> int:
+        answers.note("torch.cuda.device_count()")
+        return 1 if answers.target is not None else _refused(answers, "torch.cuda.device_count()")
+
+    def current_device() -> int:
+        answers.note("torch.cuda.current_device()")
+        return 0 if answers.target is not None else _refused(answers, "torch.cuda.current_device()")
+
+    def set_device(device) -> None:
+        answers.device_index(device, f"torch.cuda.set_device({device!r})")
+
+    def get_device_properties(device=None):
+        return answers.torch_properties(device)
+
+    def get_device_capability(device=None) -> tuple[int, int]:
+        query = f"torch.cuda.get_device_capability({'' if device is None else repr(device)})"
+        answers.device_index(device, query)
+        return answers.capability(query)
+
+    def get_device_name(device=None) -> str:
+        query = f"torch.cuda.get_device_name({'' if device is None else repr(device)})"
+        answers.device_index(device, query)
+        return answers.fact("name", query)
+
+    def get_arch_list():
+        raise answers.refuse("torch.cuda.get_arch_list()", why="it lists the archs a CUDA torch was built for, no "
+                                                               "fact of the target")
+
+    return {"is_available": is_available, "device_count": device_count, "current_device": current_device,
+            "set_device": set_device, "get_device_properties": get_device_properties,
+            "get_device_capability": get_device_capability, "get_device_name": get_device_name,
+            "get_arch_list": get_arch_list}
+
+
+def _refused(answers: DeviceAnswers, query: str):
+    raise answers.refuse(query)
+
+
+def toolkit_versions() -> dict[str, str]:
+    """torch.version.cuda / .hip as the installed Triton's bundled toolkits spell them: the CUDA of its cuda.h
+    (CUDA_VERSION 13010 -> '13.1') and the HIP of its hip_version.h ('7.1.25424'), the toolkits the kernel's
+    code is built with."""
+    import os
+    import re
+
+    import triton
+
+    backends = os.path.join(os.path.dirname(triton.__file__), "backends")
+
+    def defines(path: str) -> dict[str, int]:
+        with open(path, encoding="utf-8") as handle:
+            return {m[1]: int(m[2]) for m in re.finditer(r"^#define (\w+) (\d+)\s*$", handle.read(), re.M)}
+
+    cuda = defines(os.path.join(backends, "nvidia", "include", "cuda.h"))["CUDA_VERSION"]
+    hip = defines(os.path.join(backends, "amd", "include", "hip", "hip_version.h"))
+    return {"cuda": f"{cuda // 1000}.{cuda % 1000 // 10}",
+            "hip": f"{hip['HIP_VERSION_MAJOR']}.{hip['HIP_VERSION_MINOR']}.{hip['HIP_VERSION_PATCH']}"}
+
+
+@contextlib.contextmanager
+def torch_answers(answers: DeviceAnswers) -> Iterator[None]:
+    """torch.cuda's device queries and torch.version.cuda/hip answered for `answers.target`, then restored. Every
+    other torch.cuda call that needs a device (it initializes CUDA through `_lazy_init`: streams, events,
+    synchronize, memory) is refused, naming the call."""
+    import torch
+    import torch.cuda
+
+    saved: list[tuple[Any, str, Any]] = []
+
+    def patch(owner, name: str, value) -> None:
+        saved.append((owner, name, vars(owner).get(name, _ABSENT)))
+        setattr(owner, name, value)
+
+    for name, function in _torch_functions(answers).items():
+        patch(torch.cuda, name, function)
+    original_init = vars(torch.cuda).get("_lazy_init")
+
+    def lazy_init(*_args, **_kwargs):
+        caller = sys._getframe(1).f_code.co_name
+        raise answers.refuse(f"torch.cuda.{caller}()", why="it needs a live GPU (a stream, an event, memory)")
+
+    for module in [m for n, m in list(sys.modules.items()) if n == "torch.cuda" or n.startswith("torch.cuda.")]:
+        if module is not None and original_init is not None and vars(module).get("_lazy_init") is original_init:
+            patch(module, "_lazy_init", lazy_init)
+    if answers.target is not None:
+        backend = answers.target.backend
+        versions = toolkit_versions()
+        patch(torch.version, "cuda", versions["cuda"] if backend == "cuda" else None)
+        patch(torch.version, "hip", versions["hip"] if backend == "hip" else None)
+    try:
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            if value is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
+_ABSENT = object()
