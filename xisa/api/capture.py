@@ -6,19 +6,25 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xisa.errors import UsageError
 from xisa.names import display_path
 from xisa.spec.project import load_project
 
+if TYPE_CHECKING:
+    from xisa.api.capture_specs import WrittenSpecs
+
 
 @dataclass
 class CaptureOutcome:
-    """What `capture` wrote: one spec per kernel, the hook's notes, and the command's exit code."""
+    """What `capture` wrote: one spec per kernel, the hook's notes, and the command's exit code; `specs` says
+    which files were new, updated or unchanged, the kept sources and what the compile of the new cases found."""
 
     written: list[tuple[Path, int]]     # (spec file, its cases)
     notes: list[str]
     command_exit: int
+    specs: "WrittenSpecs | None" = None
 
     @property
     def exit_code(self) -> int:
@@ -29,16 +35,21 @@ CAPTURE_SITE = Path(__file__).resolve().parent.parent / "capture_site"   # the h
 
 
 def capture(command: list[str], *, out: Path = Path("captured"), spec_names: list[str] | None = None,
-            cwd: Path | None = None) -> CaptureOutcome:
+            cwd: Path | None = None, check: bool = True, targets: list[str] | None = None,
+            progress=None) -> CaptureOutcome:
     """`xisa capture -- COMMAND`: run COMMAND with the launch hook in every Python process it starts, and write
     the kernel launches it made (one case per specialization) as spec YAML in `out`, one file per kernel.
-    An existing file is never replaced, and nothing is written through a link."""
-    import shlex
+    An existing spec of the kernel gets the launches none of its cases compiles as new cases, and nothing
+    else changes (`xisa.spec.capture_merge`); nothing is written through a link. With `check`, each new case
+    is compiled once for `targets` (globs; default all) and a target that refuses it is left out of it."""
     import shutil
     import subprocess
 
+    from xisa.api.capture_specs import without_interpreter, write_captured
+    from xisa.api.run import no_progress
     from xisa.compile.standins import DTYPES
-    from xisa.spec.capture import group_launches, read_records, render_spec
+    from xisa.spec.capture import group_launches, read_records, read_sources
+    from xisa.spec.portable import portable_command
 
     if not command:
         raise UsageError("no command to run", field="COMMAND", fix="xisa capture -- python -m pytest tests/")
@@ -52,6 +63,10 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
     out = out if out.is_absolute() else cwd / out
     _refuse_link_on_the_way(out, cwd)
     project = load_project(cwd=cwd)
+    if targets:   # an unknown target is refused before the command runs
+        from xisa.spec.targets import load_targets, select_targets
+
+        select_targets(load_targets(list(project.target_dirs), root=project.root), targets)
     records_dir = Path(tempfile.mkdtemp(prefix="xisa-capture-"))
     try:
         env = dict(os.environ)
@@ -63,6 +78,7 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
             raise UsageError(f"cannot run {command[0]!r}: {exc.strerror}", field="COMMAND",
                              fix="name a program on PATH, e.g. `xisa capture -- python -m pytest`") from None
         records, notes = read_records(records_dir)
+        sources = read_sources(records_dir)
     finally:
         shutil.rmtree(records_dir, ignore_errors=True)
     code = 128 - code if code < 0 else code   # killed by a signal: the shell's convention
@@ -71,27 +87,14 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
         raise UsageError("the command made no Triton kernel launch", field="COMMAND",
                          fix="run the program or tests that launch the kernels (a Python started with -E or -I "
                              "ignores PYTHONPATH, which the capture hook needs)")
-    paths = [out / f"{kernel.name}.yaml" for kernel in kernels]
-    for path in paths:
-        if os.path.lexists(path):
-            raise UsageError("a spec of that name already exists; capture never replaces a file",
-                             path=display_path(path, cwd),
-                             fix="remove it, capture into another folder (--out DIR), or rename the kernel "
-                                 "(--spec-name FUNCTION=NEW_NAME)")
-    option_backends = _option_backends()
-    shown = shlex.join(command)
-    written = []
     if kernels:
         out.mkdir(parents=True, exist_ok=True)
         _refuse_link_on_the_way(out, cwd)
-    for kernel, path in zip(kernels, paths):
-        text = render_spec(kernel, spec_dir=out, project_root=project.root, command=shown, dtype_names=set(DTYPES),
-                           option_backends=option_backends)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        written.append((path, len(kernel.launches)))
-    return CaptureOutcome(written=written, notes=notes, command_exit=code)
+    with without_interpreter():
+        specs = write_captured(kernels, sources, out=out, project=project,
+                               command=portable_command(command, project.root), check=check, patterns=targets,
+                               dtype_names=set(DTYPES), option_backends=_option_backends(), progress=progress or no_progress)
+    return CaptureOutcome(written=specs.written, notes=notes, command_exit=code, specs=specs)
 
 
 def _refuse_link_on_the_way(folder: Path, cwd: Path) -> None:

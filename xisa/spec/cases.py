@@ -156,7 +156,12 @@ def _check_config(value: Any, path: str, fieldname: str) -> None:
 def load_spec(spec_file: Path, *, display: str | None = None, count_configs: ConfigCounter | None = None) -> KernelSpec:
     """Read one spec; `count_configs` says how many configs the kernel's autotuner has (for `config: all`)."""
     shown = display or str(spec_file)
-    data = load_yaml(spec_file, error=SpecError, display=shown)
+    return spec_from_data(load_yaml(spec_file, error=SpecError, display=shown), spec_file, shown=shown,
+                          count_configs=count_configs)
+
+
+def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: ConfigCounter | None = None) -> KernelSpec:
+    """A spec from its parsed YAML, as if read from `spec_file` (which decides where `source:` is looked for)."""
     data = _mapping(data, shown, "<top>")
     _check_keys(data, _FILE_KEYS, shown, "")
     kernel_name = check_name("kernel", data.get("name", spec_file.stem), KERNEL_NAME, path=shown, field="name")
@@ -301,6 +306,14 @@ def _merge(layers: list[dict]) -> dict[str, Any]:
             merged["expect"].setdefault(pattern, {}).update((check.key, check) for check in checks)
     merged["expect"] = tuple((pattern, tuple(checks.values())) for pattern, checks in merged["expect"].items())
     return merged
+
+
+def case_values(case: CaseSpec, target_name: str) -> dict[str, Any]:
+    """What a case compiles with on a target of that name: its merged args, constexprs, options, config and
+    heuristics (expectations and runtime apart)."""
+    layers = list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target_name, pattern)]
+    merged = _merge(layers)
+    return {key: merged[key] for key in ("args", "constexprs", "options", "config", "heuristics")}
 
 
 def case_targets(case: CaseSpec, targets: list[Target]) -> list[Target]:
