@@ -48,7 +48,8 @@ class TrialSummary:
     targets: list[str]
     cells: int = 0
     ok: int = 0
-    left_out: list[str] = field(default_factory=list)    # `spec:case@target: reason`
+    left_out: list[str] = field(default_factory=list)    # `spec: case on TARGETS: reason`
+    left_cells: int = 0
     nowhere: list[str] = field(default_factory=list)     # cases no target compiles
     not_loaded: list[str] = field(default_factory=list)  # specs that did not load (their error line)
     not_run: str | None = None                           # why the compile could not run at all
@@ -234,7 +235,11 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
         if all_refused:
             summary.nowhere.append(f"{shown}: {case_name}: {next(iter(refused.values()))}")
         elif refused:
-            summary.left_out += [f"{shown}: {case_name}@{target}: {why}" for target, why in refused.items()]
+            by_reason: dict[str, list[str]] = {}
+            for target, why in refused.items():
+                by_reason.setdefault(why, []).append(target)
+            summary.left_out += [f"{shown}: {case_name} on {', '.join(names)}: {why}" for why, names in by_reason.items()]
+        summary.left_cells += len(refused) if not all_refused else 0
     return trials, summary
 
 
@@ -268,8 +273,18 @@ def _refusal(result) -> str | None:
         return None
     if result.error_kind in NOT_A_REFUSAL:
         return None
-    message = (result.error or "compile error").strip().splitlines()[0]
+    message = one_line(result.error or "compile error")
     return message[:300] + ("…" if len(message) > 300 else "")
+
+
+def one_line(error: str) -> str:
+    """A compiler's message on one line: Triton's `CompilationError: at L:C:` / source line / `^` / message
+    becomes its first line, the source line pointed at and the message."""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    caret = next((i for i, line in enumerate(lines) if i and set(line.strip()) == {"^"}), None)
+    if caret is not None:
+        return f"{lines[0].rstrip(':')}, in `{lines[caret - 1].strip()[:100]}`: {' '.join(lines[caret + 1:]).strip()}"
+    return lines[0] if lines else error
 
 
 def write_captured(kernels: list[CapturedKernel], sources: dict[str, str], *, out: Path, project: Project,

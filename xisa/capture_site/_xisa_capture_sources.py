@@ -214,7 +214,12 @@ def _import_line(name: str, value) -> "str | None":
     inner = getattr(value, "value", None)
     if type(value).__name__ == "constexpr" and (inner is None or isinstance(inner, (bool, int, float, str))):
         return f"{name} = __import__('triton').language.constexpr({inner!r})"
-    owner, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    inner = value   # a kernel wrapper (JITFunction, InterpretedFunction, an autotuner): its function's module
+    for _ in range(8):
+        if hasattr(inner, "__code__") or getattr(inner, "fn", None) is None:
+            break
+        inner = inner.fn
+    owner, qualname = getattr(inner, "__module__", None), getattr(inner, "__qualname__", None)
     for module_name in _candidates(owner):
         module = sys.modules.get(module_name)
         for attribute in ([qualname] if qualname and "." not in qualname else []) + [name]:

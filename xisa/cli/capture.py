@@ -54,7 +54,7 @@ def _print_trial(trial) -> None:
         err.print(f"xisa: warning: the new cases were not compiled: {trial.not_run}", highlight=False, markup=False)
         return
     err.print(f"xisa: compiled the new cases once for {len(trial.targets)} target{'s' if len(trial.targets) != 1 else ''}: "
-              f"{trial.cells} cells, {trial.ok} ok, {len(trial.left_out)} left out, in {trial.seconds:.1f} s "
+              f"{trial.cells} cells, {trial.ok} ok, {trial.left_cells} left out, in {trial.seconds:.1f} s "
               "(--no-check skips this; the results stay in xisa's cache)", highlight=False, markup=False)
     for line in trial.left_out:
         err.print(f"xisa: left out {line}", highlight=False, markup=False)

@@ -345,9 +345,10 @@ def _trial_lines(trial: Trial | None, root: Path) -> list[str]:
     by_reason: dict[str, list[str]] = {}
     for target, reason in trial.refused.items():
         by_reason.setdefault(portable_text(reason, root), []).append(target)
-    if trial.targets is None:
-        head = "    # no target compiles this case (capture compiled it for all it tried)"
-        return [head] + [f"    #   {', '.join(targets)}: {reason}" for reason, targets in by_reason.items()]
-    lines = [f"    # left out of {', '.join(trial.refused)}: capture's compile refused it"]
-    lines += [f"    #   {', '.join(targets)}: {reason}" for reason, targets in by_reason.items()]
-    return lines + [f"    targets: {_flow(list(trial.targets))}"]
+    head = ("    # no target capture tried compiles this case" if trial.targets is None
+            else f"    # left out of {', '.join(trial.refused)} by capture's compile")
+    if len(by_reason) == 1:
+        lines = [f"{head}: {next(iter(by_reason))}"]
+    else:
+        lines = [f"{head}:"] + [f"    #   {', '.join(targets)}: {reason}" for reason, targets in by_reason.items()]
+    return lines + ([f"    targets: {_flow(list(trial.targets))}"] if trial.targets is not None else [])

@@ -92,12 +92,31 @@ def refresh_action(existing: str | None, new: str) -> str:
     return "refresh"
 
 
+def kept_source_notes(specs, *, search: list[Path]) -> list[str]:
+    """One `note:` line per spec whose `source:` is a kept copy that may be stale here (`stale_note`)."""
+    notes = []
+    for spec in specs:
+        if spec.source_file is not None:
+            note = stale_note(spec.source_file, search=search)
+            if note:
+                notes.append(f"note: {spec.spec_path}: source: {spec.source_file.name}: {note}")
+    return notes
+
+
+def _tail(path: Path, size: int = 8192) -> str:
+    """The end of a file, where a kept copy's `# xisa-kept:` line is (a kernel source is read no further)."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, handle.tell() - size))
+        return handle.read().decode("utf-8", errors="replace")
+
+
 def stale_note(source_file: Path, *, search: list[Path] | tuple = ()) -> str | None:
     """Why a kept copy may be stale on this machine: its generator's file (looked up under `search`, then
     `sys.path`) differs from the one that generated it, or its package has another version; None when it
     is the same, or when `source_file` is no kept copy."""
     try:
-        recorded = provenance(source_file.read_text(encoding="utf-8"))
+        recorded = provenance(_tail(source_file))
     except OSError:
         return None
     generator = (recorded or {}).get("generator") or {}
