@@ -58,7 +58,11 @@ class SourceRecorder:
                 out.write(text)
             os.replace(temporary, path)
         epilogue, unresolved = rebound_globals(text, fn) if complete else ([], [])
-        return {"why": why, "sha256": digest, "complete": complete, "module": fn.__module__,
+        try:   # a file written while the program ran is generated, even inside the project
+            written = os.stat(fn.__code__.co_filename).st_mtime_ns
+        except OSError:
+            written = None
+        return {"why": why, "sha256": digest, "complete": complete, "module": fn.__module__, "written_ns": written,
                 "filename": os.path.basename(fn.__code__.co_filename), "epilogue": epilogue,
                 "unresolved": unresolved, "launched_from": self.caller(fn)}
 
@@ -220,11 +224,20 @@ def _import_line(name: str, value) -> "str | None":
             break
         inner = inner.fn
     owner, qualname = getattr(inner, "__module__", None), getattr(inner, "__qualname__", None)
-    for module_name in _candidates(owner):
+    candidates = _candidates(owner)
+    for module_name in candidates:
         module = sys.modules.get(module_name)
         for attribute in ([qualname] if qualname and "." not in qualname else []) + [name]:
             if module is not None and getattr(module, attribute, None) is value:
                 return (f"from {module_name} import {attribute}" + (f" as {name}" if attribute != name else ""))
+    for module_name in candidates[:1]:   # held by an object of its module (FlagGems: PointwiseDynamicFunction._scalar_fn)
+        for attribute, holder in list(vars(sys.modules.get(module_name) or object).items()):
+            held = getattr(holder, "__dict__", None)
+            if attribute.startswith("__") or not isinstance(held, dict) or isinstance(holder, (type, types.ModuleType)):
+                continue
+            for key, item in list(held.items()):
+                if item is value and key.isidentifier():
+                    return f"from {module_name} import {attribute} as _xisa_{name}; {name} = _xisa_{name}.{key}"
     return None
 
 

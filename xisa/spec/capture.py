@@ -51,6 +51,7 @@ class CapturedKernel:
     launches: list[dict] = field(default_factory=list)
     name: str = ""          # the spec's name and file stem
     generated: dict | None = None   # the hook's record of a module no other machine can import (its kept text)
+    fresh: bool = False             # its file was written while the command ran: generated, wherever it lies
 
     @property
     def interpreted(self) -> bool:
@@ -94,9 +95,11 @@ def read_sources(folder: Path) -> dict[str, str]:
             for path in sorted(folder.glob("source-*.py"))}
 
 
-def group_launches(records: list[dict], *, names: dict[str, str] | None = None) -> list[CapturedKernel]:
+def group_launches(records: list[dict], *, names: dict[str, str] | None = None,
+                   started_ns: int | None = None) -> list[CapturedKernel]:
     """One CapturedKernel per kernel (file and qualified name), its launches deduplicated by specialization.
-    `names` renames kernels: a function's name (or `module:function`) -> the spec name."""
+    `names` renames kernels: a function's name (or `module:function`) -> the spec name. `started_ns`: when the
+    command started; a module file written since is generated, even inside the project."""
     kernels: dict[tuple[str, str, str], CapturedKernel] = {}
     seen: set[str] = set()
     for record in records:
@@ -111,7 +114,9 @@ def group_launches(records: list[dict], *, names: dict[str, str] | None = None) 
         if ident not in kernels:
             kernels[ident] = CapturedKernel(function=record["function"], qualname=record["qualname"],
                                             module=record["module"], file=record["file"], wrapper=record.get("wrapper"),
-                                            through=tuple(record.get("through") or ()), generated=generated)
+                                            through=tuple(record.get("through") or ()), generated=generated,
+                                            fresh=bool(generated and started_ns is not None and
+                                                       (generated.get("written_ns") or 0) >= started_ns))
         kernels[ident].launches.append(record)
     _name_kernels(list(kernels.values()), names or {})
     return list(kernels.values())
@@ -227,7 +232,7 @@ def kernel_source(kernel: CapturedKernel, spec_dir: Path, project_root: Path) ->
     text), or `module:` (anything else importable by name), and the notes that say why."""
     file = Path(kernel.file)
     root = Path(os.path.abspath(project_root))
-    if file.is_relative_to(root) and file.is_file():
+    if file.is_relative_to(root) and file.is_file() and not (kernel.kept and kernel.fresh):
         return "source", Path(os.path.relpath(file, os.path.abspath(spec_dir))).as_posix(), []
     generated = kernel.generated or {}
     why = portable_text(str(generated.get("why", "")), root)
