@@ -324,3 +324,54 @@ def test_paths_are_shown_relative_to_the_project_site_packages_or_home_and_else_
                                          "~/.flaggems/code_cache/g.py, in …/cache/gen_1.py (see https://example.org/a/b)")
     assert portable_command([sys.executable, "-m", "pytest", f"{root}/tests", "-k", "x"], root) == \
         f"{os.path.basename(sys.executable)} -m pytest tests -k x"
+
+
+LIBRARY_KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+'''
+
+LIBRARY_PROGRAM = '''
+import sys
+import torch
+
+sys.path.insert(0, sys.argv[1])   # a folder the program adds at run time, as a code cache would be
+from installed.ops import copy_kernel as installed_copy
+from addedlater.ops import copy_kernel as added_copy
+
+x = torch.arange(16, dtype=torch.float32)
+installed_copy[(1,)](x, torch.empty_like(x), 16, BLOCK=16)
+added_copy[(1,)](x, torch.empty_like(x), 16, BLOCK=16)
+'''
+
+
+def test_an_importable_module_outside_the_project_is_named_and_one_found_only_at_run_time_is_kept(tmp_path):
+    """A package on the start-up sys.path (PYTHONPATH, site-packages) imports by name on any machine set up alike:
+    `module:`; one that imports only through a folder the program put on sys.path is kept like a generated one."""
+    from support import xisa_process
+
+    root, outside = tmp_path / "project", tmp_path / "elsewhere"
+    for folder, package in ((outside / "lib", "installed"), (outside / "cache", "addedlater")):
+        (folder / package).mkdir(parents=True)
+        (folder / package / "__init__.py").write_text("")
+        (folder / package / "ops.py").write_text(LIBRARY_KERNEL)
+    root.mkdir()
+    (root / "run_lib.py").write_text(LIBRARY_PROGRAM)
+    proc = xisa_process("capture", "--no-check", "--spec-name", "installed.ops:copy_kernel=installed_copy",
+                        "--spec-name", "addedlater.ops:copy_kernel=added_copy", "--", sys.executable, "run_lib.py",
+                        str(outside / "cache"), cwd=root,
+                        env={"TRITON_INTERPRET": "1", "PYTHONPATH": str(outside / "lib")})
+    assert proc.code == 0, proc.err
+    named = yaml.safe_load((root / "captured" / "installed_copy.yaml").read_text())
+    kept = yaml.safe_load((root / "captured" / "added_copy.yaml").read_text())
+    assert named["module"] == "installed.ops" and "source" not in named
+    assert kept["source"] == "generated/added_copy.py"
+    assert (root / "captured" / "generated" / "added_copy.py").read_text().startswith(LIBRARY_KERNEL)
+    assert not (root / "captured" / "generated" / "installed_copy.py").exists()
+    assert "a folder the program put on sys.path at run time" in (root / "captured" / "added_copy.yaml").read_text()

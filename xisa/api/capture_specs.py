@@ -20,7 +20,7 @@ from pathlib import Path
 from xisa.errors import SpecError, UsageError, XisaError
 from xisa.names import display_path
 from xisa.spec.capture import KEPT_FOLDER, CapturedKernel, Trial, kernel_source, render_case, render_spec
-from xisa.spec.capture_kept import kept_text, refresh_action
+from xisa.spec.capture_kept import kept_body, kept_text, refresh_action
 from xisa.spec.capture_merge import (append_cases, check_same_kernel, defaults_change, identities, launch_identity,
                                      next_names, parse_existing)
 from xisa.spec.portable import portable_text
@@ -157,12 +157,13 @@ def write_kept_sources(plans: list[SpecPlan], sources: dict[str, str], *, out: P
             raise UsageError("is a link: capture never writes through one", path=shown, fix="pass --out a real folder")
         folder.mkdir(parents=True, exist_ok=True)
         new = kept_text(text, kernel.generated, root=project.root)
-        action = refresh_action(path.read_text(encoding="utf-8") if path.exists() else None, new)
+        before = path.read_text(encoding="utf-8") if path.exists() else None
+        action = refresh_action(before, new)
         if action in ("write", "refresh"):
             write_text(path, new, new=action == "write")
-        if action == "refresh" and plan.existing is not None:
-            notes.append(f"{shown}: the program generated another text (or another generator made it): the copy is "
-                         "written again; the cases already there compile the new text")
+        if action == "refresh" and kept_body(before or "") != kept_body(new) and plan.existing is not None:
+            notes.append(f"{shown}: the program generated another text: the copy is written again, and the cases "
+                         "already there compile the new text (the goldens show what it changed)")
         if action == "edited":
             notes.append(f"{shown}: its text was edited since capture kept it: left as it is (delete it to keep "
                          "what the program generates now)")

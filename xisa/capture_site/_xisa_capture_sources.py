@@ -19,6 +19,7 @@ the program has not already imported, and every failure is the caller's to note,
 """
 
 import hashlib
+import importlib.machinery
 import linecache
 import os
 import sys
@@ -107,9 +108,10 @@ class SourceRecorder:
 def not_importable(module: str, filename: str) -> "str | None":
     """Why `import module` in a fresh process would not load `filename` (None: it would), judged without
     importing anything: every parent package must be loaded already, a finder of `sys.meta_path` must find
-    the name (not `sys.modules`: a generated module may sit there), from this very file, under a folder that
-    was on `sys.path` at start-up (the current folder and the script's count; a folder the program put on
-    `sys.path` at run time, such as a code cache, does not)."""
+    the name (not `sys.modules`: a generated module may sit there), from this very file, and its top package
+    either through an installed finder (an editable install) or under a folder that was on `sys.path` at
+    start-up (the current folder and the script's count; a folder the program put on `sys.path` at run
+    time, such as a code cache, does not)."""
     if not os.path.isfile(filename):
         return f"its code has no file ({filename}): the source was exec'd"
     if not module or module == "__main__":
@@ -117,29 +119,23 @@ def not_importable(module: str, filename: str) -> "str | None":
     parent, _, _ = module.rpartition(".")
     path = None
     if parent:
-        package = sys.modules.get(parent)
-        path = getattr(package, "__path__", None)
+        path = getattr(sys.modules.get(parent), "__path__", None)
         if path is None:
             return f"its parent package {parent} is not loaded: the module was loaded by path"
-    spec = None
-    for finder in sys.meta_path:
-        find = getattr(finder, "find_spec", None)
-        if find is None or type(finder).__name__ == "_PatchOnImport":
-            continue
-        try:
-            spec = find(module, path)
-        except Exception:
-            spec = None
-        if spec is not None:
-            break
+    _, spec = _find(module, path)
     origin = getattr(spec, "origin", None)
     if not origin or not os.path.isfile(origin):
         return f"no importer finds a module named {module}: it was loaded from its file by the program"
     if os.path.realpath(origin) != os.path.realpath(filename):
         return f"the name {module} imports another file than the one the kernel came from"
-    if type(spec.loader).__name__ != "SourceFileLoader" or parent:
-        return None   # an installed finder (an editable install) or a submodule of a loaded package
-    folder = os.path.dirname(os.path.dirname(origin) if origin.endswith("__init__.py") else origin)
+    top = module.partition(".")[0]
+    finder, top_spec = _find(top, None) if parent else _find(module, None)
+    if finder is None:
+        return f"no importer finds its top package {top}"
+    if finder is not importlib.machinery.PathFinder:
+        return None   # an installed finder (an editable install, a zip importer) serves it
+    locations = list(getattr(top_spec, "submodule_search_locations", None) or [])
+    folder = os.path.dirname(locations[0]) if locations else os.path.dirname(top_spec.origin)
     started = STARTUP_PATH + [os.path.abspath(os.curdir)]
     script = getattr(sys.modules.get("__main__"), "__file__", None)
     if script:
@@ -147,6 +143,21 @@ def not_importable(module: str, filename: str) -> "str | None":
     if not any(os.path.realpath(folder) == os.path.realpath(entry) for entry in started):
         return f"it imports only from {folder}, a folder the program put on sys.path at run time"
     return None
+
+
+def _find(name: str, path):
+    """The first finder of `sys.meta_path` that finds `name` (under the package `path`), and its spec."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None or type(finder).__name__ == "_PatchOnImport":
+            continue
+        try:
+            spec = find(name, path)
+        except Exception:
+            spec = None
+        if spec is not None:
+            return finder, spec
+    return None, None
 
 
 def module_text(kernel, fn) -> "tuple[str, bool]":

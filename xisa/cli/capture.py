@@ -34,7 +34,8 @@ def capture(
             typer.echo(f"unchanged {display_path(path, cwd)} (its cases compile every launch)")
         for path, action in specs.kept:
             if action in ("write", "refresh"):
-                typer.echo(f"kept {display_path(path, cwd)} (the generated module's text)")
+                again = " again" if action == "refresh" else ""
+                typer.echo(f"kept {display_path(path, cwd)} (the generated module's text, written{again})")
         _print_trial(specs.trial)
         for note in specs.notes:
             stderr().print(f"xisa: note: {note}", highlight=False, markup=False)
