@@ -217,7 +217,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
     said: dict[tuple[str, str], dict[str, str]] = {}
     for result in run.results if run else []:
         said.setdefault((result.kernel, result.case), {})
-        reason = _refusal(result)
+        reason = _refusal(result, by_name[result.kernel][1].spec_path)
         summary.cells += 1
         summary.ok += reason is None
         if reason is not None:
@@ -266,15 +266,16 @@ def interpreted_triton() -> str | None:
     return None
 
 
-def _refusal(result) -> str | None:
-    """Why a target refuses the cell (one line), or None: it compiled and one workgroup fits the target."""
+def _refusal(result, spec_path: str) -> str | None:
+    """Why a target refuses the cell (one line, without the spec's own path in front), or None: it compiled and
+    one workgroup fits the target."""
     if result.ok:
         if result.launch is not None and result.launch.unexpected:
             return f"cannot launch: {result.launch.reason()}"
         return None
     if result.error_kind in NOT_A_REFUSAL:
         return None
-    message = one_line(result.error or "compile error")
+    message = one_line(result.error or "compile error").removeprefix(f"{spec_path}: ")
     return message[:300] + ("…" if len(message) > 300 else "")
 
 
