@@ -308,11 +308,15 @@ def _merge(layers: list[dict]) -> dict[str, Any]:
     return merged
 
 
+def _layers_for(case: CaseSpec, target_name: str) -> list[dict]:
+    """A case's layers on a target of that name: defaults, case, matrix patches, then each matching override."""
+    return list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target_name, pattern)]
+
+
 def case_values(case: CaseSpec, target_name: str) -> dict[str, Any]:
     """What a case compiles with on a target of that name: its merged args, constexprs, options, config and
     heuristics (expectations and runtime apart)."""
-    layers = list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target_name, pattern)]
-    merged = _merge(layers)
+    merged = _merge(_layers_for(case, target_name))
     return {key: merged[key] for key in ("args", "constexprs", "options", "config", "heuristics")}
 
 
@@ -321,8 +325,7 @@ def case_targets(case: CaseSpec, targets: list[Target]) -> list[Target]:
 
 
 def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
-    layers = list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target.name, pattern)]
-    merged = _merge(layers)
+    merged = _merge(_layers_for(case, target.name))
     check_expectations_for_target(merged["expect"], target.name, target.backend,
                                   path=spec.spec_path, field=case.field_path)
     return Cell(kernel=spec, case=case.name, target=target, args=merged["args"], constexprs=merged["constexprs"],
