@@ -22,6 +22,7 @@ import hashlib
 import importlib.machinery
 import linecache
 import os
+import re
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -167,9 +168,16 @@ def module_text(kernel, fn) -> "tuple[str, bool]":
     lines = linecache.getlines(filename, fn.__globals__)   # what inspect read; no checkcache: a deleted file
     raw = getattr(kernel, "raw_src", None)
     first = getattr(kernel, "starting_line_number", fn.__code__.co_firstlineno)
-    if lines and (raw is None or lines[first - 1:first - 1 + len(raw)] == list(raw)):
+    if raw is not None:
+        whole = lines[first - 1:first - 1 + len(raw)] == list(raw)
+    else:   # the interpreter keeps no source: the function's `def` must still be where its code says
+        head = "".join(lines[first - 1:first + 40])
+        whole = re.search(rf"^\s*def\s+{re.escape(fn.__name__)}\s*\(", head, re.MULTILINE) is not None
+    if lines and whole:
         return "".join(lines), True
     src = getattr(kernel, "src", None) or "".join(raw or [])
+    if not src.strip():
+        raise LookupError(f"no source text of {fn.__qualname__} is left ({filename})")
     return f"import triton\nimport triton.language as tl\n\n\n@triton.jit\n{src}", False
 
 
