@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What `xisa capture` costs: this repo's kernel smoke test (tests/kernels/runtime_smoke.py, every kernel
 # of the corpus launched under Triton's interpreter, TRITON_INTERPRET=1) run plain and under
-# `xisa capture`, alternating, N rounds; prints each round's seconds and the ratio capture/plain of the
-# medians:
+# `xisa capture --no-check` (the hook alone, not its compile of the new cases), alternating, N rounds;
+# prints each round's seconds and the ratio capture/plain of the medians:
 #     bench/capture_overhead.sh [N]                (default 3)
 #     bench/capture_overhead.sh N -- COMMAND...    (another command, e.g. -- python -m pytest tests/kernels -q)
 # Both runs use this checkout's .venv; each capture writes into a fresh folder, removed afterwards.
@@ -22,7 +22,7 @@ for round in $(seq "$rounds"); do
     start=$(now); "$@" >/dev/null 2>&1 || echo "round $round: plain run failed" >&2; end=$(now)
     plain+=("$(python3 -c "print(round($end - $start, 2))")")
     start=$(now)
-    "$venv/xisa" capture --out "$work/captured-$round" -- "$@" >/dev/null 2>&1 || echo "round $round: capture failed" >&2
+    "$venv/xisa" capture --no-check --out "$work/captured-$round" -- "$@" >/dev/null 2>&1 || echo "round $round: capture failed" >&2
     end=$(now)
     captured+=("$(python3 -c "print(round($end - $start, 2))")")
     echo "round $round: plain ${plain[-1]}s, capture ${captured[-1]}s ($(ls "$work/captured-$round" 2>/dev/null | wc -l) specs)"

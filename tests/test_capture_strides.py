@@ -58,7 +58,7 @@ def captured(tmp_path, run_xisa):
     root.mkdir()
     (root / "rows.py").write_text(KERNEL)
     (root / "run_rows.py").write_text(PROGRAM)
-    out = run_xisa("capture", "--", sys.executable, "run_rows.py", cwd=root, env={"TRITON_INTERPRET": "1"})
+    out = run_xisa("capture", "--targets", "gfx942", "--", sys.executable, "run_rows.py", cwd=root, env={"TRITON_INTERPRET": "1"})
     assert out.code == 0, out.err
     return root
 

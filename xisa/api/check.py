@@ -14,6 +14,7 @@ from xisa.compile.runner import RunOptions
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, UsageError
 from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import UNUSED, CellVerdict, build_report
+from xisa.spec.capture_kept import kept_source_notes
 from xisa.spec.cases import Cell
 from xisa.spec.shard import parse_shard
 from xisa.spec.targets import Target
@@ -40,7 +41,10 @@ def check(selection: Selection, *, base: str | None = None, compile_base: bool =
                             ab_command=selection.ab_command(), progress=progress)
     report = judge(ws, run, kernel_filters=selection.kernel, scopes=selection.scope,
                    shard=parse_shard(selection.shard), selection=described)
-    return outcome(report, ws, selection, run)
+    checked = outcome(report, ws, selection, run)
+    # a kept copy of a generated kernel module whose generator changed here: said, the verdict unchanged
+    checked.failure_lines += kept_source_notes(ws.specs, search=[ws.project.root, *ws.project.pythonpath])
+    return checked
 
 
 def review(selection: Selection, *, base: str | None = None, options: RunOptions = RunOptions(),

@@ -56,6 +56,7 @@ class _Recorder:
         self.seen: set = set()
         self.failed: set = set()
         self.params: dict = {}
+        self.sources = _sources_recorder(folder)   # the text of kernels no other machine can import
 
     # ------------------------------------------------------------------ describing one launch
 
@@ -163,6 +164,7 @@ class _Recorder:
             "args": described_args, "specialization": specialization, "constexprs": constexprs,
             "options": options, "autotune": chosen, "heuristics": computed,
             "warmup": bool(kwargs.get("warmup")), "test": os.environ.get("PYTEST_CURRENT_TEST"),
+            "generated": self.sources.describe(kernel),   # None: its module imports by name elsewhere too
             "time": time.time_ns(),   # orders the launches of several processes
         }
         large = {name: a.get("storage_bytes") is None or a["storage_bytes"] > TWO_GIB
@@ -182,6 +184,16 @@ class _Recorder:
             chain.append(wrapper)
             inner = wrapper
         return chain
+
+
+def _sources_recorder(folder: str):
+    """_xisa_capture_sources.SourceRecorder, loaded from this folder at start-up (it notes sys.path as it was)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_xisa_capture_sources", os.path.join(_HERE, "_xisa_capture_sources.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SourceRecorder(folder)
 
 
 def _launch_debug(kernel, launch: dict):

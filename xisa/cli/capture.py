@@ -10,20 +10,56 @@ import typer
 from xisa import api
 from xisa.cli.options import stderr
 from xisa.names import display_path
+from xisa.render.progress import progress_reporter
 
 
 def capture(
     command: Annotated[list[str], typer.Argument(help="The command to run, after `--` (e.g. -- python -m pytest tests/).")],
-    out: Annotated[Path, typer.Option("--out", help="Folder for the spec files (one per kernel; never replaced).")] = Path("captured"),
+    out: Annotated[Path, typer.Option("--out", help="Folder for the spec files (one per kernel; an existing one gets the new launches as cases, nothing else changes).")] = Path("captured"),
     spec_name: Annotated[Optional[list[str]], typer.Option("--spec-name", help="FUNCTION=NAME: the spec name of a captured kernel (repeatable).")] = None,
+    targets: Annotated[Optional[list[str]], typer.Option("--targets", help="Compile each new case once for these targets (globs, repeatable; default: all) and leave out of it those that refuse it.")] = None,
+    no_check: Annotated[bool, typer.Option("--no-check", help="Do not compile the new cases: write them for every target.")] = False,
 ) -> None:
     """Run COMMAND and write every Triton kernel launch it makes as spec cases, one per specialization."""
-    outcome = api.capture(command, out=out, spec_names=spec_name)
+    outcome = api.capture(command, out=out, spec_names=spec_name, check=not no_check, targets=targets,
+                          progress=progress_reporter)
+    cwd = Path.cwd()
     for path, cases in outcome.written:
-        typer.echo(f"wrote {display_path(path, Path.cwd())} ({cases} case{'s' if cases != 1 else ''})")
+        typer.echo(f"wrote {display_path(path, cwd)} ({cases} case{'s' if cases != 1 else ''})")
+    specs = outcome.specs
+    if specs is not None:
+        for path, cases in specs.updated:
+            typer.echo(f"updated {display_path(path, cwd)} ({cases} new case{'s' if cases != 1 else ''} appended)")
+        for path in specs.unchanged:
+            typer.echo(f"unchanged {display_path(path, cwd)} (its cases compile every launch)")
+        for path, action in specs.kept:
+            if action in ("write", "refresh"):
+                again = " again" if action == "refresh" else ""
+                typer.echo(f"kept {display_path(path, cwd)} (the generated module's text, written{again})")
+        _print_trial(specs.trial)
+        for note in specs.notes:
+            stderr().print(f"xisa: note: {note}", highlight=False, markup=False)
     for note in outcome.notes:
         stderr().print(f"xisa: note: a launch was not recorded: {note}", highlight=False, markup=False)
     if outcome.command_exit:
         stderr().print(f"xisa: note: the command exited with {outcome.command_exit}; the specs hold the launches it "
                        "made before", highlight=False, markup=False)
     raise typer.Exit(outcome.exit_code)
+
+
+def _print_trial(trial) -> None:
+    if trial is None:
+        return
+    err = stderr()
+    if trial.not_run:
+        err.print(f"xisa: warning: the new cases were not compiled: {trial.not_run}", highlight=False, markup=False)
+        return
+    err.print(f"xisa: compiled the new cases once for {len(trial.targets)} target{'s' if len(trial.targets) != 1 else ''}: "
+              f"{trial.cells} cells, {trial.ok} ok, {trial.left_cells} left out, in {trial.seconds:.1f} s "
+              "(--no-check skips this; the results stay in xisa's cache)", highlight=False, markup=False)
+    for line in trial.left_out:
+        err.print(f"xisa: left out {line}", highlight=False, markup=False)
+    for line in trial.nowhere:
+        err.print(f"xisa: warning: no target compiles {line}", highlight=False, markup=False)
+    for line in trial.not_loaded:
+        err.print(f"xisa: warning: not compiled, the spec does not load: {line}", highlight=False, markup=False)

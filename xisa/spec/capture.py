@@ -10,6 +10,11 @@ same specialization (the hook's `key`, across processes too) become one case. Th
 written by hand so it can carry comments (strides, storage, where a launch came from) and reads like
 a hand-written spec: the user commits and edits it.
 
+A kernel whose module no other machine can import (generated at run time, `exec`'d, the program's own
+script outside the project: the hook's `generated` record) is named by `source:` of a copy of its text
+kept beside the specs (`generated/<name>.py`, `xisa.spec.capture_kept`). Comments carry no absolute path
+of the capturing machine (`xisa.spec.portable`).
+
 Pure data, like the rest of `spec/`: nothing here imports Triton.
 """
 
@@ -24,11 +29,13 @@ from typing import Any
 import yaml
 
 from xisa.names import KERNEL_NAME
+from xisa.spec.portable import portable_path, portable_text
 from xisa.spec.views import contiguous_strides, offset_alignment, span_elements
 
 TWO_GIB = 2**31 - 1   # the AMD backend's bound for tt.pointer_range 32, judged on the whole storage
 # Target globs of a backend's options: an option only one backend knows goes under that vendor's override.
 BACKEND_TARGETS = {"hip": "gfx*", "cuda": "sm_*"}
+KEPT_FOLDER = "generated"   # beside the specs: the kept text of kernels no other machine can import
 
 
 @dataclass
@@ -43,10 +50,27 @@ class CapturedKernel:
     through: tuple[str, ...] = ()   # the wrappers `function` names, outermost first (Autotuner, Heuristics)
     launches: list[dict] = field(default_factory=list)
     name: str = ""          # the spec's name and file stem
+    generated: dict | None = None   # the hook's record of a module no other machine can import (its kept text)
+    fresh: bool = False             # its file was written while the command ran: generated, wherever it lies
 
     @property
     def interpreted(self) -> bool:
         return any(launch.get("interpreted") for launch in self.launches)
+
+    @property
+    def kept(self) -> bool:
+        """Whether the spec names a kept copy of the kernel's text (`generated/<name>.py`)."""
+        return bool(self.generated) and "sha256" in self.generated
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What capture's one compile of a new case found: the targets tried, the ones that refused it with the
+    compiler's one-line reason, and the case's `targets:` to write (None: leave the file's targets)."""
+
+    tried: tuple[str, ...]
+    refused: dict[str, str]
+    targets: tuple[str, ...] | None
 
 
 def read_records(folder: Path) -> tuple[list[dict], list[str]]:
@@ -65,21 +89,34 @@ def read_records(folder: Path) -> tuple[list[dict], list[str]]:
     return records, errors
 
 
-def group_launches(records: list[dict], *, names: dict[str, str] | None = None) -> list[CapturedKernel]:
+def read_sources(folder: Path) -> dict[str, str]:
+    """The module texts the hook kept (`source-<sha256>.py`), by their sha256."""
+    return {path.stem.removeprefix("source-"): path.read_text(encoding="utf-8")
+            for path in sorted(folder.glob("source-*.py"))}
+
+
+def group_launches(records: list[dict], *, names: dict[str, str] | None = None,
+                   started_ns: int | None = None) -> list[CapturedKernel]:
     """One CapturedKernel per kernel (file and qualified name), its launches deduplicated by specialization.
-    `names` renames kernels: a function's name (or `module:function`) -> the spec name."""
+    `names` renames kernels: a function's name (or `module:function`) -> the spec name. `started_ns`: when the
+    command started; a module file written since is generated, even inside the project."""
     kernels: dict[tuple[str, str, str], CapturedKernel] = {}
     seen: set[str] = set()
     for record in records:
         if record["key"] in seen:
             continue
         seen.add(record["key"])
-        # one spec per object launched: the jit function and an autotuner wrapping it are two `function:`s
-        ident = (record["file"], record["qualname"], record["function"])
+        # one spec per object launched: the jit function and an autotuner wrapping it are two `function:`s;
+        # a generated module is known by its text (two `exec`s share the file name `<string>`)
+        generated = record.get("generated")
+        where = f"generated:{generated['sha256']}" if generated and "sha256" in generated else record["file"]
+        ident = (where, record["qualname"], record["function"])
         if ident not in kernels:
             kernels[ident] = CapturedKernel(function=record["function"], qualname=record["qualname"],
                                             module=record["module"], file=record["file"], wrapper=record.get("wrapper"),
-                                            through=tuple(record.get("through") or ()))
+                                            through=tuple(record.get("through") or ()), generated=generated,
+                                            fresh=bool(generated and started_ns is not None and
+                                                       (generated.get("written_ns") or 0) >= started_ns))
         kernels[ident].launches.append(record)
     _name_kernels(list(kernels.values()), names or {})
     return list(kernels.values())
@@ -190,25 +227,45 @@ def _options_by_backend(options: dict, option_backends: dict[str, set[str]]) -> 
     return common, per_backend
 
 
-def _kernel_source(kernel: CapturedKernel, spec_dir: Path, project_root: Path) -> tuple[str, str, list[str]]:
-    """`source:` (a file inside the project, relative to the spec) or `module:` (anything else importable)."""
+def kernel_source(kernel: CapturedKernel, spec_dir: Path, project_root: Path) -> tuple[str, str, list[str]]:
+    """`source:` (a file inside the project, relative to the spec, or the kept copy of a generated module's
+    text), or `module:` (anything else importable by name), and the notes that say why."""
     file = Path(kernel.file)
     root = Path(os.path.abspath(project_root))
-    if file.is_relative_to(root):
+    if file.is_relative_to(root) and file.is_file() and not (kernel.kept and kernel.fresh):
         return "source", Path(os.path.relpath(file, os.path.abspath(spec_dir))).as_posix(), []
+    generated = kernel.generated or {}
+    why = portable_text(str(generated.get("why", "")), root)
+    if kernel.kept:
+        kept = f"{KEPT_FOLDER}/{kernel.name}.py"
+        return "source", kept, [f"{kernel.module} cannot be imported on another machine ({why}): this spec compiles "
+                                f"the copy of its text kept in {kept}, which says what generated it; re-run "
+                                "`xisa capture` to refresh it when the generator changes"]
     if kernel.module != "__main__":
-        return "module", kernel.module, [f"{kernel.file} is outside the project {root}: named by its module"]
-    return "source", file.as_posix(), [f"the script {kernel.file} is outside the project {root}: move the kernel "
-                                       "into a module of the project"]
+        if not generated:
+            return "module", kernel.module, [f"{portable_path(file, root)} is outside the project: named by its module"]
+        return "module", kernel.module, [f"{kernel.module} cannot be imported on another machine ({why}) and its text "
+                                         f"was not kept ({portable_text(str(generated.get('error')), root)}): this "
+                                         "spec compiles only where that module imports"]
+    return "source", file.as_posix(), [f"the script {portable_path(file, root)} is outside the project and its text was "
+                                       "not kept: move the kernel into a module of the project"]
 
 
-def render_spec(kernel: CapturedKernel, *, spec_dir: Path, project_root: Path, command: str,
-                dtype_names: set[str], option_backends: dict[str, set[str]]) -> str:
-    """The spec YAML of one captured kernel (written into `spec_dir`)."""
-    key, where, notes = _kernel_source(kernel, spec_dir, project_root)
-    lines = [f"# Captured by `xisa capture -- {command}`: {len(kernel.launches)} distinct launch "
-             f"specialization{'s' if len(kernel.launches) != 1 else ''} of {kernel.qualname} ({kernel.file}).",
-             "# Each case compiles what that launch compiled; edit freely (names, shared `defaults`, `expect`)."]
+def _header(kernel: CapturedKernel, *, root: Path, command: str, tried: tuple[str, ...] | None,
+            notes: list[str]) -> list[str]:
+    where = (f"generated module {kernel.module}, file {kernel.generated.get('filename')}" if kernel.kept
+             else portable_path(kernel.file, root))
+    count = len(kernel.launches)
+    lines = [f"# Captured by `xisa capture -- {command}`: {count} distinct launch "
+             f"specialization{'s' if count != 1 else ''} of {kernel.qualname} ({where}).",
+             "# Each case compiles what that launch compiled; edit freely (names, shared `defaults`, `expect`,",
+             "# `targets`): a later capture into this folder adds new launches as cases and changes nothing else."]
+    if tried is None:
+        lines.append("# Not compiled by capture (--no-check): `xisa compile --spec` on this file shows which targets "
+                     "refuse a case.")
+    elif tried:
+        lines.append(f"# Compiled once by capture for {len(tried)} target{'s' if len(tried) != 1 else ''} "
+                     f"({', '.join(tried)}): a case a target refuses lists the others in `targets:`, with the reason.")
     if kernel.interpreted:
         lines.append("# Captured under Triton's interpreter: alignments are the CPU tensors' (torch aligns a CPU "
                      "allocation to 64 bytes, so a view's alignment is its byte offset's, as on a GPU).")
@@ -225,38 +282,78 @@ def render_spec(kernel: CapturedKernel, *, spec_dir: Path, project_root: Path, c
                      "directly; xisa loads the name as the wrapper: give each case a `config:` or name the inner function")
     if kernel.qualname != kernel.function:
         notes.append(f"{kernel.qualname} is not a module-level function: xisa cannot load it by name")
-    lines += [f"# note: {note}" for note in notes]
+    return lines + [f"# note: {note}" for note in notes]
+
+
+def render_spec(kernel: CapturedKernel, *, spec_dir: Path, project_root: Path, command: str,
+                dtype_names: set[str], option_backends: dict[str, set[str]], names: list[str] | None = None,
+                trials: dict[str, Trial] | None = None, tried: tuple[str, ...] | None = ()) -> str:
+    """The spec YAML of one captured kernel (written into `spec_dir`): its cases named `names` (default
+    launch1, launch2, ...), each annotated with its `trials` entry. `command` is shown as given (already
+    portable); `tried`: the targets capture compiled the cases for (None: not compiled)."""
+    root = Path(os.path.abspath(project_root))
+    key, where, notes = kernel_source(kernel, spec_dir, root)
+    lines = _header(kernel, root=root, command=command, tried=tried, notes=notes)
     lines += [f"name: {kernel.name}", f"{key}: {_flow(where)}", f"function: {kernel.function}", "cases:"]
-    for index, launch in enumerate(kernel.launches, start=1):
-        lines.append(f"  - name: launch{index}")
-        if launch.get("test"):
-            lines.append(f"    # first launched in {launch['test']}")
-        if launch.get("warmup"):
-            lines.append("    # a warm-up compile (kernel.warmup / warmup=True), not a launch")
-        if launch.get("heuristics"):   # computed again when the case compiles: another value is an error
-            lines.append(f"    heuristics: {_flow(launch['heuristics'])}")
-        args = launch.get("args") or {}
-        if args:
-            lines.append("    args:")
-            for name, arg in args.items():
-                value, comments = _tensor(arg, dtype_names) if "tensor" in arg else _value(arg)
-                text = f"      {name}: {_flow(value)}"
-                lines.append(text + (f"   # {'; '.join(comments)}" if comments else ""))
-        if launch.get("constexprs"):
-            unsupported = [n for n, v in launch["constexprs"].items() if isinstance(v, dict) and "unsupported" in v]
-            constexprs = {n: ({"unsupported": v["unsupported"]} if n in unsupported else v)
-                          for n, v in launch["constexprs"].items()}
-            lines.append(f"    constexprs: {_flow(constexprs)}"
-                         + (f"   # {', '.join(unsupported)}: no spec form yet, write by hand" if unsupported else ""))
-        if launch.get("autotune"):
-            chosen = launch["autotune"]
-            lines.append(f"    config: {_flow({**chosen['kwargs'], **chosen['options']})}")
-        common, per_backend = _options_by_backend(launch.get("options") or {}, option_backends)
-        if common:
-            lines.append(f"    options: {_flow(common)}")
-        if per_backend:
-            lines.append("    overrides:")
-            for backend, options in sorted(per_backend.items()):
-                pattern = BACKEND_TARGETS.get(backend, f"{backend}*")
-                lines.append(f"      {_flow(pattern)}: {{options: {_flow(options)}}}")
+    names = names or [f"launch{index}" for index in range(1, len(kernel.launches) + 1)]
+    for name, launch in zip(names, kernel.launches):
+        lines += render_case(launch, name, root=root, dtype_names=dtype_names, option_backends=option_backends,
+                             trial=(trials or {}).get(name))
     return "\n".join(lines) + "\n"
+
+
+def render_case(launch: dict, name: str, *, root: Path, dtype_names: set[str], option_backends: dict[str, set[str]],
+                trial: Trial | None = None, added: str | None = None) -> list[str]:
+    """One case, as the lines of a block under `cases:` (indented two spaces). `added`: the comment of a case
+    a later capture appended."""
+    lines = [f"  - name: {name}"]
+    if added:
+        lines.append(f"    # {portable_text(added, root)}")
+    if launch.get("test"):
+        lines.append(f"    # first launched in {portable_text(launch['test'], root)}")
+    if launch.get("warmup"):
+        lines.append("    # a warm-up compile (kernel.warmup / warmup=True), not a launch")
+    lines += _trial_lines(trial, root)
+    if launch.get("heuristics"):   # computed again when the case compiles: another value is an error
+        lines.append(f"    heuristics: {_flow(launch['heuristics'])}")
+    args = launch.get("args") or {}
+    if args:
+        lines.append("    args:")
+        for arg_name, arg in args.items():
+            value, comments = _tensor(arg, dtype_names) if "tensor" in arg else _value(arg)
+            text = f"      {arg_name}: {_flow(value)}"
+            lines.append(text + (f"   # {portable_text('; '.join(comments), root)}" if comments else ""))
+    if launch.get("constexprs"):
+        unsupported = [n for n, v in launch["constexprs"].items() if isinstance(v, dict) and "unsupported" in v]
+        constexprs = {n: ({"unsupported": v["unsupported"]} if n in unsupported else v)
+                      for n, v in launch["constexprs"].items()}
+        lines.append(f"    constexprs: {_flow(constexprs)}"
+                     + (f"   # {', '.join(unsupported)}: no spec form yet, write by hand" if unsupported else ""))
+    if launch.get("autotune"):
+        chosen = launch["autotune"]
+        lines.append(f"    config: {_flow({**chosen['kwargs'], **chosen['options']})}")
+    common, per_backend = _options_by_backend(launch.get("options") or {}, option_backends)
+    if common:
+        lines.append(f"    options: {_flow(common)}")
+    if per_backend:
+        lines.append("    overrides:")
+        for backend, options in sorted(per_backend.items()):
+            pattern = BACKEND_TARGETS.get(backend, f"{backend}*")
+            lines.append(f"      {_flow(pattern)}: {{options: {_flow(options)}}}")
+    return lines
+
+
+def _trial_lines(trial: Trial | None, root: Path) -> list[str]:
+    """The comment saying which targets refused the case and why (one line per reason), and its `targets:`."""
+    if trial is None or not trial.refused:
+        return []
+    by_reason: dict[str, list[str]] = {}
+    for target, reason in trial.refused.items():
+        by_reason.setdefault(portable_text(reason, root), []).append(target)
+    head = ("    # no target capture tried compiles this case" if trial.targets is None
+            else f"    # left out of {', '.join(trial.refused)} by capture's compile")
+    if len(by_reason) == 1:
+        lines = [f"{head}: {next(iter(by_reason))}"]
+    else:
+        lines = [f"{head}:"] + [f"    #   {', '.join(targets)}: {reason}" for reason, targets in by_reason.items()]
+    return lines + ([f"    targets: {_flow(list(trial.targets))}"] if trial.targets is not None else [])

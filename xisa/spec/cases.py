@@ -156,7 +156,12 @@ def _check_config(value: Any, path: str, fieldname: str) -> None:
 def load_spec(spec_file: Path, *, display: str | None = None, count_configs: ConfigCounter | None = None) -> KernelSpec:
     """Read one spec; `count_configs` says how many configs the kernel's autotuner has (for `config: all`)."""
     shown = display or str(spec_file)
-    data = load_yaml(spec_file, error=SpecError, display=shown)
+    return spec_from_data(load_yaml(spec_file, error=SpecError, display=shown), spec_file, shown=shown,
+                          count_configs=count_configs)
+
+
+def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: ConfigCounter | None = None) -> KernelSpec:
+    """A spec from its parsed YAML, as if read from `spec_file` (which decides where `source:` is looked for)."""
     data = _mapping(data, shown, "<top>")
     _check_keys(data, _FILE_KEYS, shown, "")
     kernel_name = check_name("kernel", data.get("name", spec_file.stem), KERNEL_NAME, path=shown, field="name")
@@ -303,13 +308,24 @@ def _merge(layers: list[dict]) -> dict[str, Any]:
     return merged
 
 
+def _layers_for(case: CaseSpec, target_name: str) -> list[dict]:
+    """A case's layers on a target of that name: defaults, case, matrix patches, then each matching override."""
+    return list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target_name, pattern)]
+
+
+def case_values(case: CaseSpec, target_name: str) -> dict[str, Any]:
+    """What a case compiles with on a target of that name: its merged args, constexprs, options, config and
+    heuristics (expectations and runtime apart)."""
+    merged = _merge(_layers_for(case, target_name))
+    return {key: merged[key] for key in ("args", "constexprs", "options", "config", "heuristics")}
+
+
 def case_targets(case: CaseSpec, targets: list[Target]) -> list[Target]:
     return [t for t in targets if any(fnmatch.fnmatchcase(t.name, p) for p in case.target_patterns)]
 
 
 def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
-    layers = list(case.layers) + [layer for pattern, layer in case.overrides if fnmatch.fnmatchcase(target.name, pattern)]
-    merged = _merge(layers)
+    merged = _merge(_layers_for(case, target.name))
     check_expectations_for_target(merged["expect"], target.name, target.backend,
                                   path=spec.spec_path, field=case.field_path)
     return Cell(kernel=spec, case=case.name, target=target, args=merged["args"], constexprs=merged["constexprs"],
