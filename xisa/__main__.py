@@ -3,17 +3,7 @@ a loaded machine) ends with the same one line and exit code as Ctrl-C during a r
 
 import sys
 
-
-def interrupted(exc: BaseException) -> bool:
-    """Whether `exc` is Ctrl-C, also as the cause of another error: one that lands in a class's creation comes out
-    as `RuntimeError: Error calling __set_name__ ...` (a dataclass's fields), its cause the KeyboardInterrupt."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+from xisa.errors import interrupted
 
 
 def main() -> None:

@@ -64,3 +64,15 @@ class UsageError(XisaError):
 
 class LockError(XisaError):
     """Another xisa process holds the golden lock."""
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether `exc` is Ctrl-C, also as the cause of another error: one that lands in a class's creation comes out
+    as `RuntimeError: Error calling __set_name__ ...` (a dataclass's fields), its cause the KeyboardInterrupt."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False

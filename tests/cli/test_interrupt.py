@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from xisa.__main__ import interrupted
+from xisa.errors import interrupted
 
 
 def _wrapped_interrupt() -> RuntimeError:

@@ -26,7 +26,7 @@ from xisa.cli.doctor import doctor
 from xisa.cli.inspect import cache_clear, kernels, targets
 from xisa.cli.report import report
 from xisa.compile.runner import TORCH_WITHOUT_NUMPY
-from xisa.errors import XisaError
+from xisa.errors import XisaError, interrupted
 
 app = typer.Typer(
     name="xisa", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -103,8 +103,6 @@ def _main(argv: list[str] | None) -> None:
               "free space)", file=sys.stderr)
         sys.exit(2)
     except Exception as exc:  # click usage errors (typer >= 0.22 vendors click as typer._click)
-        from xisa.__main__ import interrupted
-
         if interrupted(exc):   # Ctrl-C inside a lazy import's class creation, wrapped in a RuntimeError
             _interrupted()
         if isinstance(exc, _click_exceptions()):
