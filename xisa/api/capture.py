@@ -28,11 +28,21 @@ class CaptureOutcome:
 CAPTURE_SITE = Path(__file__).resolve().parent.parent / "capture_site"   # the hook: a sitecustomize on PYTHONPATH
 
 
+# The hook's settings (capture_site/sitecustomize.py reads them; it imports nothing from xisa, so they are named twice).
+RECORDS_VARIABLE, NO_RUN_VARIABLE, POLICY_VARIABLE = ("XISA_CAPTURE_RECORDS", "XISA_CAPTURE_NO_RUN",
+                                                      "XISA_CAPTURE_CONFIG_POLICY")
+CONFIG_POLICIES = ("bench", "first", "cached", "all")
+
+
 def capture(command: list[str], *, out: Path = Path("captured"), spec_names: list[str] | None = None,
-            cwd: Path | None = None) -> CaptureOutcome:
+            cwd: Path | None = None, no_run: bool = False, config_policy: str | None = None) -> CaptureOutcome:
     """`xisa capture -- COMMAND`: run COMMAND with the launch hook in every Python process it starts, and write
     the kernel launches it made (one case per specialization) as spec YAML in `out`, one file per kernel.
-    An existing file is never replaced, and nothing is written through a link."""
+    An existing file is never replaced, and nothing is written through a link.
+
+    `no_run`: each launch is recorded and returns without compiling or running (the program's outputs are
+    garbage). `config_policy` (CONFIG_POLICIES): how an autotuner picks its config; None: it benchmarks where
+    the kernels run on a device, and takes the first config after pruning under `no_run` or the interpreter."""
     import shlex
     import shutil
     import subprocess
@@ -42,6 +52,12 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
 
     if not command:
         raise UsageError("no command to run", field="COMMAND", fix="xisa capture -- python -m pytest tests/")
+    if config_policy is not None and config_policy not in CONFIG_POLICIES:
+        raise UsageError(f"{config_policy!r} is not a config policy", field="--config-policy",
+                         fix=f"one of {', '.join(CONFIG_POLICIES)}")
+    if no_run and config_policy == "bench":
+        raise UsageError("--config-policy bench benchmarks the kernels, and --no-run runs none", field="--config-policy",
+                         fix="first, cached or all (or drop --no-run)")
     names = {}
     for item in spec_names or []:
         function, sep, name = item.partition("=")
@@ -56,7 +72,13 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
     try:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(CAPTURE_SITE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        env["XISA_CAPTURE_RECORDS"] = str(records_dir)
+        env[RECORDS_VARIABLE] = str(records_dir)
+        env.pop(NO_RUN_VARIABLE, None)
+        env.pop(POLICY_VARIABLE, None)
+        if no_run:
+            env[NO_RUN_VARIABLE] = "1"
+        if config_policy is not None:
+            env[POLICY_VARIABLE] = config_policy
         try:
             code = subprocess.run(command, cwd=cwd, env=env).returncode
         except (FileNotFoundError, PermissionError) as exc:

@@ -16,9 +16,11 @@ def capture(
     command: Annotated[list[str], typer.Argument(help="The command to run, after `--` (e.g. -- python -m pytest tests/).")],
     out: Annotated[Path, typer.Option("--out", help="Folder for the spec files (one per kernel; never replaced).")] = Path("captured"),
     spec_name: Annotated[Optional[list[str]], typer.Option("--spec-name", help="FUNCTION=NAME: the spec name of a captured kernel (repeatable).")] = None,
+    no_run: Annotated[bool, typer.Option("--no-run", help="Record each launch and return without compiling or running it: the program runs whole with no GPU and no interpreter, but every kernel output is garbage (its own checks may fail).")] = False,
+    config_policy: Annotated[Optional[str], typer.Option("--config-policy", help="How an autotuner picks its config: bench (benchmark, as the program does; the default where kernels run on a GPU), first (the first config after the autotuner's pruning; the default under --no-run and TRITON_INTERPRET=1), cached (the library's own cached choice, else first), all (one case per config after pruning).")] = None,
 ) -> None:
     """Run COMMAND and write every Triton kernel launch it makes as spec cases, one per specialization."""
-    outcome = api.capture(command, out=out, spec_names=spec_name)
+    outcome = api.capture(command, out=out, spec_names=spec_name, no_run=no_run, config_policy=config_policy)
     for path, cases in outcome.written:
         typer.echo(f"wrote {display_path(path, Path.cwd())} ({cases} case{'s' if cases != 1 else ''})")
     for note in outcome.notes:
@@ -26,4 +28,7 @@ def capture(
     if outcome.command_exit:
         stderr().print(f"xisa: note: the command exited with {outcome.command_exit}; the specs hold the launches it "
                        "made before", highlight=False, markup=False)
+    if no_run:
+        stderr().print("xisa: note: --no-run: no kernel ran, so what they should have written is garbage (a check of "
+                       "the program's on them may have failed)", highlight=False, markup=False)
     raise typer.Exit(outcome.exit_code)

@@ -1,5 +1,13 @@
-"""What a kernel's @triton.autotune and @triton.heuristics wrappers do to a launch: the config a case picks, its
-values and pre_hook, and the values each heuristic computes, applied in the order a launch runs them."""
+"""What a kernel's wrappers do to a launch: the config a case picks, its values and pre_hook, and the values each
+heuristic computes, applied in the order a launch runs them.
+
+A wrapper's part is decided by its type (isinstance), never its class name: every triton `Autotuner` subclass
+(FlagGems' LibTuner, fla's CachedAutotuner) keeps Triton's contract that matters here: the chosen config's
+`all_kwargs()` join the launch's kwargs and its `pre_hook` runs on them (LibTuner.run and Autotuner.run do exactly
+that; they differ in how they pick the config: LibTuner's keyed SQL cache and policy, CachedAutotuner's config
+files, which a case replaces by naming the config). Any other KernelInterface (FlagGems' LibEntry) passes the
+launch through (`loader.unwrap_kernel` says why that holds for LibEntry).
+"""
 
 from __future__ import annotations
 
@@ -88,11 +96,11 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
                   params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str]:
     """What the kernel's wrappers do to a launch's keyword arguments, outermost first: an Autotuner adds its config's
     values (`Config.all_kwargs`) and runs its pre_hook; a Heuristics sets each of its keys from a dict of every
-    argument (`Heuristics.run`). A value the case gives that a wrapper would replace with another is refused, naming
+    argument (`Heuristics.run`); any other wrapper changes nothing. A value the case gives that a wrapper would replace with another is refused, naming
     both (the same value is accepted: a captured case repeats them).
     Returns the kernel's kwargs, the launch options and the config's description ('' when none)."""
     from triton.compiler import make_backend
-    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.autotuner import Autotuner, Heuristics
 
     spec = cell.kernel
     path = spec.spec_path
@@ -106,7 +114,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
     tuner = _autotuner_of(wrappers, spec, f"{where}.config")
     if tuner is None and cell.config is not None:
         raise _not_autotuned(spec, f"{where}.config")
-    for wrapper in wrappers:
+    for wrapper in wrappers:   # any KernelInterface that is neither passes the launch through unchanged
         if isinstance(wrapper, Autotuner):
             index, config = select_config(wrapper, cell.config, spec, f"{where}.config")
             config_name = describe_config(index, config)
@@ -124,7 +132,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
                     raise BindError(f"{config_name}'s pre_hook raised {type(exc).__name__}: {exc}".splitlines()[0],
                                     path=path, field=f"{where}.config",
                                     fix="make the pre_hook work on stand-in tensors (shape, dtype, stride())") from None
-        else:
+        elif isinstance(wrapper, Heuristics):
             for name, heuristic in wrapper.values.items():
                 try:
                     value = heuristic(dict(launch))
@@ -139,7 +147,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
                 _check_captured_heuristic(cell, name, value)
                 if name in params or name in option_fields:
                     launch[name] = value
-    computed = {name for wrapper in wrappers if not isinstance(wrapper, Autotuner) for name in wrapper.values}
+    computed = {name for wrapper in wrappers if isinstance(wrapper, Heuristics) for name in wrapper.values}
     for name in cell.heuristics:
         if name not in computed:
             raise BindError(f"no @triton.heuristics of {spec.function!r} computes {name!r}", path=path,
