@@ -277,9 +277,15 @@ class _Recorder:
         listed = self.local.__dict__.setdefault("listed", {})
         saved = listed[id(tuner)] = tuner.configs
         tuner.configs = [config]
+        self.local.no_bench = getattr(self.local, "no_bench", 0) + 1
         try:
             return original(tuner, *args, **kwargs)
+        except WouldBenchmark:
+            raise RuntimeError(f"xisa capture: the {type(tuner).__name__} of {innermost(tuner).__name__} benchmarks "
+                               "even a single config, so the config policy cannot choose without running it: capture "
+                               "it where the kernels run (--config-policy bench)") from None
         finally:
+            self.local.no_bench -= 1
             tuner.configs = saved
             del listed[id(tuner)]
 

@@ -83,8 +83,9 @@ def unwrap_kernel(fn, spec: KernelSpec) -> tuple[Any, tuple[Any, ...]]:
         if not isinstance(inner, KernelInterface):
             what = type(inner).__name__ if inner is fn else f"{_chain_types(wrappers)} around a {type(inner).__name__}"
             raise SpecError(f"{spec.function!r} is a {what}, not a @triton.jit kernel", path=spec.spec_path,
-                            field="function", fix="name a @triton.jit function, or a triton KernelInterface around "
-                                                  "one (@triton.autotune, @triton.heuristics, a library's wrapper)")
+                            field="function", fix="name a @triton.jit function, or an @triton.autotune, "
+                                                  "@triton.heuristics or other triton KernelInterface object (a "
+                                                  "library's wrapper) holding one in `.fn`")
         if any(inner is seen for seen in wrappers):
             raise SpecError(f"{spec.function!r} is a {_chain_types(wrappers)} whose `.fn` chain comes back to the "
                             f"{type(inner).__name__}: it never reaches a @triton.jit function", path=spec.spec_path,
