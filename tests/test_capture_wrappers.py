@@ -211,6 +211,8 @@ def test_no_run_captures_the_same_cases_without_a_gpu_or_the_interpreter(capture
     assert "--no-run: no kernel ran" in not_run.err and "garbage" in not_run.err
     for name in ("entry_tuned", "super_tuned", "plain_tuned"):
         assert _cases(root, "norun", name) == _cases(root, "interp", name)
+    text = (root / "norun" / "entry_tuned.yaml").read_text()
+    assert "Captured with --no-run" in text and "# config: chosen by the capture's config policy (first)" in text
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "sm_90"])
@@ -271,14 +273,14 @@ def test_every_spec_a_no_run_capture_of_this_repos_kernels_writes_compiles(tmp_p
     assert capture.code == 1, capture.err[-3000:]   # the checks fail on unrun outputs; the launches are recorded
     written = sorted(path.stem for path in (root / "captured").glob("*.yaml"))
     assert len(written) == len(CELLS)
-    kernels = [cell.partition(":")[0] for cell in CELLS]
+    hand_cases = [cell.partition("@")[0] for cell in CELLS]   # KERNEL:CASE
     compiled = xisa_process("compile", "--spec", "captured", "--spec", "kernels", "--arch", "gfx942", "--arch", "sm_90",
-                            *(f"--kernel={k}" for k in kernels + written), "--json", cwd=root, cache=shared_cache,
+                            *(f"--kernel={k}" for k in hand_cases + written), "--json", cwd=root, cache=shared_cache,
                             timeout=900)
     cells = json.loads(compiled.out)["cells"]
-    captured = [c for c in cells if c["spec"].startswith("captured/")]
+    captured = [c for c in cells if c["kernel"] in written]
     assert captured and all(c["status"] == "ok" for c in captured), [c for c in captured if c["status"] != "ok"]
-    hand = {(c["kernel"], c["case"], c["target"]): c for c in cells if not c["spec"].startswith("captured/")}
+    hand = {(c["kernel"], c["case"], c["target"]): c for c in cells if c["kernel"] not in written}
     for index, cell_id in enumerate(CELLS):
         kernel_case, _, target = cell_id.partition("@")
         kernel, _, case = kernel_case.partition(":")
