@@ -98,6 +98,7 @@ entry_tuned = PassThrough(OwnTuner(even, even.arg_names, CONFIGS, ["n"], None, N
                                    prune_configs_by={"early_config_prune": big_blocks}))
 super_tuned = SuperTuner(even, even.arg_names, CONFIGS, ["n"], None, None)
 plain_tuned = triton.autotune(CONFIGS, key=["n"])(even)
+warped = PassThrough(triton.heuristics({"num_warps": lambda args: 2})(copy_kernel))   # a heuristic launch option
 opaque = Opaque(copy_kernel)
 loop = Loop()
 '''
@@ -106,16 +107,18 @@ PROGRAM = '''
 import os
 import torch
 import triton
-from wrapped import CONFIGS, entry_tuned, plain_tuned, super_tuned
+from wrapped import CONFIGS, entry_tuned, plain_tuned, super_tuned, warped
 
 x = torch.arange(256, dtype=torch.float32)
 out = torch.zeros_like(x)
 grid = lambda meta: (triton.cdiv(200, meta["BLOCK"]),)
 entry_tuned[grid](x, out, 200)
 entry_tuned[grid](x, out, 200)          # PassThrough keeps the first: no second launch
-super_tuned.cache[(256, "torch.float32", "torch.float32")] = CONFIGS[2]   # what a library's cache would hold
+cached = triton.Config({"BLOCK": 256}, num_warps=8) if os.environ.get("UNLISTED") else CONFIGS[2]
+super_tuned.cache[(256, "torch.float32", "torch.float32")] = cached   # what a library's cache would hold
 super_tuned[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, out, 256)
 plain_tuned[grid](x, torch.zeros_like(x), 200)
+warped[(4,)](x, torch.zeros_like(x), 200, BLOCK=64, EVEN=False)
 if os.environ.get("TRITON_INTERPRET") == "1":
     assert torch.equal(out, x), "the interpreted launches ran"
 print("done")
@@ -141,10 +144,10 @@ def _project(root: Path) -> Path:
     return root
 
 
-def _capture(root: Path, *options: str, interpret: bool, out: str):
+def _capture(root: Path, *options: str, interpret: bool, out: str, env: dict | None = None):
     from support import xisa_process
 
-    env = {"TRITON_INTERPRET": "1" if interpret else "0"}
+    env = {"TRITON_INTERPRET": "1" if interpret else "0", **(env or {})}
     return xisa_process("capture", "--out", out, *options, "--", sys.executable, "run_wrapped.py", cwd=root, env=env,
                         timeout=300)
 
@@ -203,13 +206,15 @@ def test_launches_through_wrappers_are_captured_with_their_roles_and_chosen_conf
     assert case["heuristics"] == {"EVEN": False} and "constexprs" not in case   # 200 % 64
     assert [c["config"]["BLOCK"] for c in _cases(root, "interp", "super_tuned")] == [32]   # first: its cache not asked
     assert [c["config"]["BLOCK"] for c in _cases(root, "interp", "plain_tuned")] == [32]   # a plain @triton.autotune
+    (case,) = _cases(root, "interp", "warped")   # the option a heuristic set is its value, computed again
+    assert case["heuristics"] == {"num_warps": 2} and "options" not in case
 
 
 def test_no_run_captures_the_same_cases_without_a_gpu_or_the_interpreter(captured):
     root, interpreted, not_run = captured
     assert not_run.code == 0 and "done" in not_run.out, not_run.err[-3000:]
     assert "--no-run: no kernel ran" in not_run.err and "garbage" in not_run.err
-    for name in ("entry_tuned", "super_tuned", "plain_tuned"):
+    for name in ("entry_tuned", "super_tuned", "plain_tuned", "warped"):
         assert _cases(root, "norun", name) == _cases(root, "interp", name)
     text = (root / "norun" / "entry_tuned.yaml").read_text()
     assert "Captured with --no-run" in text and "# config: chosen by the capture's config policy (first)" in text
@@ -222,8 +227,9 @@ def test_every_spec_captured_through_wrappers_compiles_to_the_jit_functions_code
         result = run_xisa("compile", "--spec", folder, "--spec", "hand.yaml", "--arch", arch, "--json", cwd=root)
         assert result.code == 0, result.err
         cells = json.loads(result.out)["cells"]
-        assert len(cells) == 4 and all(cell["status"] == "ok" for cell in cells)
+        assert len(cells) == 5 and all(cell["status"] == "ok" for cell in cells)
         sha = {c["kernel"]: c["sha256"] for c in cells}
+        assert next(c for c in cells if c["kernel"] == "warped")["options"]["num_warps"] == 2
         # the wrapped kernel's case compiles what the plain function compiles with the config's and heuristic's values
         assert sha["entry_tuned"] == sha["copy_hand"]
 
@@ -239,6 +245,17 @@ def test_a_config_policy_decides_what_the_autotuners_pick(tmp_path, policy, bloc
     assert result.code == 0, result.err[-3000:]
     for name, expected in blocks.items():
         assert [case["config"]["BLOCK"] for case in _cases(root, "c", name)] == expected, name
+
+
+def test_a_config_the_autotuner_does_not_list_is_a_note_not_a_case(tmp_path):
+    """fla's CachedAutotuner can launch a config from its own files that is none of its `configs`: xisa compiles
+    listed configs only, so the launch is noted instead of written as a case its compile would refuse."""
+    root = _project(tmp_path / "proj")
+    result = _capture(root, "--no-run", "--config-policy", "cached", interpret=False, out="c", env={"UNLISTED": "1"})
+    assert result.code == 0, result.err[-3000:]
+    assert not (root / "c" / "super_tuned.yaml").exists() and (root / "c" / "entry_tuned.yaml").exists()
+    (note,) = [line for line in result.err.splitlines() if "super_tuned" in line or "copy_kernel" in line]
+    assert "a launch was not recorded" in note and "none of its 3 configs" in note and "BLOCK: 256" in note
 
 
 def test_a_benchmark_policy_without_running_is_refused(tmp_path, run_xisa_in_process):

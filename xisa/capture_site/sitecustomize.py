@@ -165,12 +165,15 @@ class _Recorder:
         chain = self.wrapper_chain(kernel)
         autotuner, heuristics = wrapper_classes()
         chosen, computed, chosen_by = None, {}, None
+        if sum(isinstance(wrapper, autotuner) for wrapper in chain) > 1:
+            raise ValueError("it is launched through several autotuners, and a spec case picks the config of one")
         for wrapper in chain:
             if isinstance(wrapper, autotuner):
                 chosen = _config(_chosen_config(wrapper), self.listed_configs(wrapper))
                 chosen_by = self.chosen_by(wrapper)
-            elif isinstance(wrapper, heuristics):
+            elif isinstance(wrapper, heuristics):   # a constexpr, or a launch option (FlagGems' num_warps)
                 computed.update({k: constexprs[k] for k in wrapper.values if k in constexprs})
+                computed.update({k: options.pop(k) for k in wrapper.values if k in options})
         if chosen is not None:
             # the config's values are the case's `config:`, not constexprs or options restated
             for name in chosen["kwargs"]:
