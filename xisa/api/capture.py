@@ -7,6 +7,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from xisa.capture_site._xisa_capture_hook import CONFIG_POLICIES, NO_RUN_VARIABLE, POLICY_VARIABLE, RECORDS_VARIABLE
 from xisa.errors import UsageError
 from xisa.names import display_path
 from xisa.spec.project import load_project
@@ -28,10 +29,6 @@ class CaptureOutcome:
 CAPTURE_SITE = Path(__file__).resolve().parent.parent / "capture_site"   # the hook: a sitecustomize on PYTHONPATH
 
 
-# The hook's settings (capture_site/sitecustomize.py reads them; it imports nothing from xisa, so they are named twice).
-RECORDS_VARIABLE, NO_RUN_VARIABLE, POLICY_VARIABLE = ("XISA_CAPTURE_RECORDS", "XISA_CAPTURE_NO_RUN",
-                                                      "XISA_CAPTURE_CONFIG_POLICY")
-CONFIG_POLICIES = ("bench", "first", "cached", "all")
 
 
 def capture(command: list[str], *, out: Path = Path("captured"), spec_names: list[str] | None = None,
@@ -52,33 +49,20 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
 
     if not command:
         raise UsageError("no command to run", field="COMMAND", fix="xisa capture -- python -m pytest tests/")
-    if config_policy is not None and config_policy not in CONFIG_POLICIES:
-        raise UsageError(f"{config_policy!r} is not a config policy", field="--config-policy",
-                         fix=f"one of {', '.join(CONFIG_POLICIES)}")
-    if no_run and config_policy == "bench":
-        raise UsageError("--config-policy bench benchmarks the kernels, and --no-run runs none", field="--config-policy",
-                         fix="first, cached or all (or drop --no-run)")
     names = {}
     for item in spec_names or []:
         function, sep, name = item.partition("=")
         if not sep or not function or not name:
             raise UsageError(f"{item!r} is not FUNCTION=NAME", field="--spec-name", fix="e.g. --spec-name gemm_kernel=gemm")
         names[function] = name
+    _check_policy(no_run, config_policy)
     cwd = Path(os.path.abspath(cwd or Path.cwd()))
     out = out if out.is_absolute() else cwd / out
     _refuse_link_on_the_way(out, cwd)
     project = load_project(cwd=cwd)
     records_dir = Path(tempfile.mkdtemp(prefix="xisa-capture-"))
     try:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(CAPTURE_SITE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        env[RECORDS_VARIABLE] = str(records_dir)
-        env.pop(NO_RUN_VARIABLE, None)
-        env.pop(POLICY_VARIABLE, None)
-        if no_run:
-            env[NO_RUN_VARIABLE] = "1"
-        if config_policy is not None:
-            env[POLICY_VARIABLE] = config_policy
+        env = _hook_environment(records_dir, no_run=no_run, config_policy=config_policy)
         try:
             code = subprocess.run(command, cwd=cwd, env=env).returncode
         except (FileNotFoundError, PermissionError) as exc:
@@ -114,6 +98,30 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
             handle.write(text)
         written.append((path, len(kernel.launches)))
     return CaptureOutcome(written=written, notes=notes, command_exit=code)
+
+
+def _check_policy(no_run: bool, config_policy: str | None) -> None:
+    if config_policy is not None and config_policy not in CONFIG_POLICIES:
+        raise UsageError(f"{config_policy!r} is not a config policy", field="--config-policy",
+                         fix=f"one of {', '.join(CONFIG_POLICIES)}")
+    if no_run and config_policy == "bench":
+        raise UsageError("--config-policy bench benchmarks the kernels, and --no-run runs none", field="--config-policy",
+                         fix="first, cached or all (or drop --no-run)")
+
+
+def _hook_environment(records_dir: Path, *, no_run: bool, config_policy: str | None) -> dict[str, str]:
+    """The command's environment: the hook first on PYTHONPATH, where to write, and how (the caller's own
+    settings of the hook's variables do not leak into the capture)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(CAPTURE_SITE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env[RECORDS_VARIABLE] = str(records_dir)
+    env.pop(NO_RUN_VARIABLE, None)
+    env.pop(POLICY_VARIABLE, None)
+    if no_run:
+        env[NO_RUN_VARIABLE] = "1"
+    if config_policy is not None:
+        env[POLICY_VARIABLE] = config_policy
+    return env
 
 
 def _refuse_link_on_the_way(folder: Path, cwd: Path) -> None:

@@ -35,20 +35,10 @@ The methods wrapped have the same signatures in Triton 3.6 and 3.8 (`run(self, *
 import os
 import sys
 
-from xisa_capture_triton import (MODULES, PatchOnImport, WouldBenchmark, innermost, interpreted_class,
-                                 launch_classes, patch, wrapper_classes)
+from _xisa_capture_hook import (CONFIG_POLICIES, MODULES, NO_RUN_VARIABLE, POLICY_VARIABLE, RECORDS_VARIABLE,
+                                PatchOnImport, WouldBenchmark, innermost, interpreted_class, launch_classes, patch,
+                                wrapper_classes)
 
-RECORDS_VARIABLE = "XISA_CAPTURE_RECORDS"
-NO_RUN_VARIABLE = "XISA_CAPTURE_NO_RUN"            # "1": record each launch, compile and run nothing
-POLICY_VARIABLE = "XISA_CAPTURE_CONFIG_POLICY"     # one of CONFIG_POLICIES
-# How an autotuner with several configs picks the one a launch uses (and the case records):
-CONFIG_POLICIES = {
-    "bench": "the autotuner benchmarks each config, as the program does (needs the kernels to run)",
-    "first": "the first config left after the autotuner's own pruning (early_config_prune, perf_model), unbenchmarked",
-    "cached": "the config the library's own cache holds for the launch (Triton's autotune cache, FlagGems' tuning "
-              "database, fla's FLA_CACHE_MODE config files), else `first`",
-    "all": "every config left after pruning, one case each; the program goes on with the first",
-}
 _HERE = os.path.dirname(os.path.abspath(__file__))
 TWO_GIB = 2**31 - 1   # the AMD backend's bound for tt.pointer_range 32 (HIPBackend.is_within_2gb)
 

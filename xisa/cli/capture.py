@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from xisa import api
+from xisa.api.capture import CONFIG_POLICIES
 from xisa.cli.options import stderr
 from xisa.names import display_path
 
@@ -17,7 +18,7 @@ def capture(
     out: Annotated[Path, typer.Option("--out", help="Folder for the spec files (one per kernel; never replaced).")] = Path("captured"),
     spec_name: Annotated[Optional[list[str]], typer.Option("--spec-name", help="FUNCTION=NAME: the spec name of a captured kernel (repeatable).")] = None,
     no_run: Annotated[bool, typer.Option("--no-run", help="Record each launch and return without compiling or running it: the program runs whole with no GPU and no interpreter, but every kernel output is garbage (its own checks may fail).")] = False,
-    config_policy: Annotated[Optional[str], typer.Option("--config-policy", help="How an autotuner picks its config: bench (benchmark, as the program does; the default where kernels run on a GPU), first (the first config after the autotuner's pruning; the default under --no-run and TRITON_INTERPRET=1), cached (the library's own cached choice, else first), all (one case per config after pruning).")] = None,
+    config_policy: Annotated[Optional[str], typer.Option("--config-policy", help="How an autotuner with several configs picks one (the case's `config:`); default: bench where kernels run on a GPU, first under --no-run and TRITON_INTERPRET=1. " + "; ".join(f"{name}: {what}" for name, what in CONFIG_POLICIES.items()) + ".")] = None,
 ) -> None:
     """Run COMMAND and write every Triton kernel launch it makes as spec cases, one per specialization."""
     outcome = api.capture(command, out=out, spec_names=spec_name, no_run=no_run, config_policy=config_policy)

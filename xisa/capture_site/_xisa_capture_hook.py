@@ -1,13 +1,25 @@
-"""The Triton side of `xisa capture`'s hook (sitecustomize.py): which of Triton's methods are wrapped and how.
+"""The settings of `xisa capture`'s hook (sitecustomize.py), and which of Triton's methods it wraps and how.
 
 A launch class's `run` (JITFunction, InterpretedFunction) records the launch; every other KernelInterface
 class's `run` (Autotuner, Heuristics, their subclasses, a library's wrapper) runs through the recorder's wrapper
 stack; the autotuner's benchmark and warm-up are quiet. Modules are patched right after they execute, so
-nothing of Triton is imported before the program imports it. Named `xisa_capture_*` because this folder is
-on every captured process's sys.path.
+nothing of Triton is imported before the program imports it. Named `_xisa_capture_*` because this folder is
+on every captured process's sys.path; `xisa.api.capture` reads the settings from here (nothing here imports xisa).
 """
 
 import sys
+
+RECORDS_VARIABLE = "XISA_CAPTURE_RECORDS"
+NO_RUN_VARIABLE = "XISA_CAPTURE_NO_RUN"            # "1": record each launch, compile and run nothing
+POLICY_VARIABLE = "XISA_CAPTURE_CONFIG_POLICY"     # one of CONFIG_POLICIES
+# How an autotuner with several configs picks the one a launch uses (and the case records):
+CONFIG_POLICIES = {
+    "bench": "the autotuner benchmarks each config, as the program does (needs the kernels to run)",
+    "first": "the first config left after the autotuner's own pruning (early_config_prune, perf_model), unbenchmarked",
+    "cached": "the config the library's own cache holds for the launch (Triton's autotune cache, FlagGems' tuning "
+              "database, fla's FLA_CACHE_MODE config files), else `first`",
+    "all": "every config left after pruning, one case each; the program goes on with the first",
+}
 
 _WRAPPED = "_xisa_capture_original"
 _LAUNCHES = "_xisa_capture_launch"   # a launch method's own mark: InterpretedFunction.run is wrapped as both
