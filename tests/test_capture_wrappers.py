@@ -98,6 +98,7 @@ entry_tuned = PassThrough(OwnTuner(even, even.arg_names, CONFIGS, ["n"], None, N
                                    prune_configs_by={"early_config_prune": big_blocks}))
 super_tuned = SuperTuner(even, even.arg_names, CONFIGS, ["n"], None, None)
 plain_tuned = triton.autotune(CONFIGS, key=["n"])(even)
+dup_tuned = triton.autotune([CONFIGS[0], triton.Config({"BLOCK": 32}, num_warps=1)], key=["n"])(even)   # twice
 warped = PassThrough(triton.heuristics({"num_warps": lambda args: 2})(copy_kernel))   # a heuristic launch option
 opaque = Opaque(copy_kernel)
 loop = Loop()
@@ -107,7 +108,7 @@ PROGRAM = '''
 import os
 import torch
 import triton
-from wrapped import CONFIGS, entry_tuned, plain_tuned, super_tuned, warped
+from wrapped import CONFIGS, dup_tuned, entry_tuned, plain_tuned, super_tuned, warped
 
 x = torch.arange(256, dtype=torch.float32)
 out = torch.zeros_like(x)
@@ -119,6 +120,7 @@ super_tuned.cache[(256, "torch.float32", "torch.float32")] = cached   # what a l
 super_tuned[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, out, 256)
 plain_tuned[grid](x, torch.zeros_like(x), 200)
 warped[(4,)](x, torch.zeros_like(x), 200, BLOCK=64, EVEN=False)
+dup_tuned[grid](x, torch.zeros_like(x), 200)
 if os.environ.get("TRITON_INTERPRET") == "1":
     assert torch.equal(out, x), "the interpreted launches ran"
 print("done")
@@ -227,7 +229,7 @@ def test_every_spec_captured_through_wrappers_compiles_to_the_jit_functions_code
         result = run_xisa("compile", "--spec", folder, "--spec", "hand.yaml", "--arch", arch, "--json", cwd=root)
         assert result.code == 0, result.err
         cells = json.loads(result.out)["cells"]
-        assert len(cells) == 5 and all(cell["status"] == "ok" for cell in cells)
+        assert len(cells) == 6 and all(cell["status"] == "ok" for cell in cells), cells
         sha = {c["kernel"]: c["sha256"] for c in cells}
         assert next(c for c in cells if c["kernel"] == "warped")["options"]["num_warps"] == 2
         # the wrapped kernel's case compiles what the plain function compiles with the config's and heuristic's values

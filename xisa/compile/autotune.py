@@ -1,11 +1,17 @@
 """What a kernel's wrappers do to a launch: the config a case picks, its values and pre_hook, and the values each
 heuristic computes, applied in the order a launch runs them.
 
-A wrapper's part is decided by its type (isinstance), never its class name: every triton `Autotuner` subclass
-(FlagGems' LibTuner, fla's CachedAutotuner) keeps Triton's contract that matters here: the chosen config's
-`all_kwargs()` join the launch's kwargs and its `pre_hook` runs on them (LibTuner.run and Autotuner.run do exactly
-that; they differ in how they pick the config: LibTuner's keyed SQL cache and policy, CachedAutotuner's config
-files, which a case replaces by naming the config). Any other KernelInterface (FlagGems' LibEntry) passes the
+A wrapper's part is decided by its type (isinstance), never its class name. Every triton `Autotuner` subclass
+keeps the part of Triton's contract that decides the code: the chosen config's `all_kwargs()` join the launch's
+kwargs, and its `pre_hook` runs on `{**args, **kwargs, **all_kwargs()}` first. FlagGems' LibTuner (read from
+flag_gems 5.0.2 utils/libentry.py) and fla's CachedAutotuner (fla-core 0.6.0 ops/utils/cache.py) differ from
+Autotuner.run only in how they choose, which a case replaces by naming the config: LibTuner keys its SQL config
+cache on `key` mapped through its `strategy` plus the dtypes, benchmarks through its `policy` after
+`prune_configs` (Autotuner's `prune_configs_by`), and swaps a cached config for the listed one with equal
+`all_kwargs()`; CachedAutotuner puts a config from fla's files into Autotuner's cache (one that is none of its
+`configs` xisa cannot name: `xisa capture` notes it). Both take `configs[0]` unbenchmarked when there is one.
+Their tuner-level `pre_hook`/`post_hook` (reset_to_zero, restore_value) run only around benchmarks, not on
+the launch that compiles, so xisa runs neither. Any other KernelInterface (FlagGems' LibEntry) passes the
 launch through (`loader.unwrap_kernel` says why that holds for LibEntry).
 """
 
@@ -83,6 +89,8 @@ def select_config(tuner, chosen: Any, spec: KernelSpec, field: str) -> tuple[int
     matches = [i for i, config in enumerate(configs)
                if all(_same_value(value, config.all_kwargs().get(name, missing if value is not None else None))
                       for name, value in wanted.items())]
+    if matches and all(_same_config(configs[i], configs[matches[0]]) for i in matches[1:]):
+        matches = matches[:1]   # a list holding one config twice (FlagGems' tuning files can): the same launch
     if len(matches) != 1:
         how = "matches none" if not matches else f"matches {len(matches)} ({', '.join(map(str, matches))})"
         raise SpecError(f"config {{{', '.join(f'{k}: {v}' for k, v in chosen.items())}}} {how} of the autotuner's "
@@ -90,6 +98,10 @@ def select_config(tuner, chosen: Any, spec: KernelSpec, field: str) -> tuple[int
                         fix=f"give values that match exactly one, or an index: {listing}")
     return matches[0], configs[matches[0]]
 
+
+
+def _same_config(one, other) -> bool:
+    return one.all_kwargs() == other.all_kwargs() and one.pre_hook is other.pre_hook
 
 
 def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],

@@ -70,10 +70,14 @@ def unwrap_kernel(fn, spec: KernelSpec) -> tuple[Any, tuple[Any, ...]]:
 
     What each wrapper does is decided by its type, never its class name (`autotune.run_wrappers`): an Autotuner
     (FlagGems' LibTuner, fla's CachedAutotuner included) adds its config, a Heuristics its values, and any other
-    KernelInterface (FlagGems' LibEntry) passes the launch's arguments through unchanged: LibEntry.run hands its
-    args and kwargs as they are to `self.fn.run` on the first launch of each of its cache keys (that call is the
-    one that compiles); its `key` (dtypes, `data_ptr() % divisibility`, scalar values), `jit_function` and
-    per-device kernel cache only decide when it replays that compiled kernel instead, so they change no code.
+    KernelInterface (FlagGems' LibEntry) passes the launch's arguments through unchanged. LibEntry.run (flag_gems
+    5.0.2 utils/libentry.py) hands its args and kwargs as they are to `self.fn.run` on the first launch of each of
+    its cache keys, and that call is the one that compiles; its `key` (each tensor's dtype and `data_ptr() %
+    divisibility`, each scalar's value, constexprs), `jit_function` and per-device kernel cache only decide when
+    it replays that compiled kernel instead (`kernel[grid](*args)`), and its own evaluation of the heuristics
+    only feeds its grid: none of it changes the code, so xisa reproduces none of it. (Its key ignores a tensor's
+    storage size, which decides AMD's `tt.pointer_range 32`: a replay can reuse a kernel compiled for a smaller
+    storage. A capture records the compiling launch, which is the code that ran.)
     """
     from triton.runtime.jit import JITFunction, KernelInterface
 
