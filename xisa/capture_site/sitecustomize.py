@@ -266,7 +266,8 @@ class _Recorder:
             chosen_by.pop(id(tuner), None)
 
     def run_with_config(self, tuner, original, config, args: tuple, kwargs: dict):
-        """The autotuner's run as if `config` were its only one; the case still names it among all of them."""
+        """The autotuner's run as if `config` were its only one; the case still names it among all of them. (A
+        thread launching the same autotuner meanwhile would see the one config too: programs tune from one.)"""
         listed = self.local.__dict__.setdefault("listed", {})
         saved = listed[id(tuner)] = tuner.configs
         tuner.configs = [config]
