@@ -117,9 +117,11 @@ def captured(tmp_path_factory, shared_cache):
     root = _project(tmp_path_factory.mktemp("capture"))
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}
     env.update({"TRITON_INTERPRET": "1", "XISA_CACHE_DIR": str(shared_cache)})
-    # capture's own compile of the new cases, for the targets these tests compile: their cache is warm
-    proc = subprocess.run([sys.executable, "-m", "xisa", "capture", "--targets", "gfx942", "--targets", "sm_90", "--",
-                           sys.executable, "run_tiny.py"], cwd=root,
+    # capture's own compile of the new cases, for the targets these tests compile: their cache is warm;
+    # tuned_kernel's own do_bench works under the interpreter: the autotuner benchmarks, as on a GPU (the default
+    # under the interpreter is the first config: tests/test_capture_wrappers.py)
+    proc = subprocess.run([sys.executable, "-m", "xisa", "capture", "--targets", "gfx942", "--targets", "sm_90",
+                           "--config-policy", "bench", "--", sys.executable, "run_tiny.py"], cwd=root,
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return root, proc

@@ -12,7 +12,8 @@ import xisa
 
 PACKAGE = Path(xisa.__file__).resolve().parent
 LAYERS = ["base", "analyze", "spec", "compile", "golden", "device", "render", "app", "shell"]
-BASE = {"errors", "names", "yamlio", "fsio", "__init__", "__main__"}
+BASE = {"errors", "names", "yamlio", "fsio", "__init__", "__main__",
+        "capture_site"}   # the capture hook: it imports nothing from xisa (it runs in the captured program)
 APP = {"api", "doctor"}   # the application layer: the api package, and doctor beside it
 SHELLS = {"cli", "pytest_plugin", "__main__", "capture_site"}   # capture_site: the hook in a captured program
 

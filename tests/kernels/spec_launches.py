@@ -4,7 +4,8 @@
 
 Each cell's values (arguments, constexprs, launch options, the target's overrides) come from the
 spec; the kernel module's `check_<kernel>(case)` builds the tensors and launches. On a GPU the
-launches are real; without one run it with TRITON_INTERPRET=1 (the CPU interpreter). Its purpose
+launches are real; without one run it with TRITON_INTERPRET=1 (the CPU interpreter), or under
+`xisa capture --no-run` (CPU tensors, no kernel runs, every check fails on garbage). Its purpose
 is `xisa capture`: the cases captured from these launches must compile to the spec cells'
 fingerprints (tests/test_capture.py, on the CPU). On a GPU machine, the same proof with real launches:
 
@@ -51,9 +52,10 @@ def launch(cell_id: str, device) -> None:
 
 if __name__ == "__main__":
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    if not interpreted and not torch.cuda.is_available():
+    not_run = os.environ.get("XISA_CAPTURE_NO_RUN") == "1"   # `xisa capture --no-run`: launches return unrun
+    if not interpreted and not not_run and not torch.cuda.is_available():
         raise SystemExit("no GPU: run with TRITON_INTERPRET=1")
-    device = torch.device("cpu" if interpreted else "cuda")
+    device = torch.device("cpu" if interpreted or not_run else "cuda")
     if interpreted:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import interp_checks  # noqa: F401  (the interpreter's bf16 dot and f32 -> bf16 rounding, as on a GPU)

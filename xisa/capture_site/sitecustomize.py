@@ -2,30 +2,44 @@
 
 `xisa capture -- COMMAND` puts this folder first on PYTHONPATH, so every Python process of COMMAND
 (and the processes they start) imports this module at start-up. It runs in a foreign program: it
-imports nothing from xisa, nothing from Triton until the program does, and never changes what the
-program does: each launch proceeds exactly as without it; a failure to record one is noted, never
-raised. A `sitecustomize` of the environment that this one shadows still runs (`_chain`).
+imports nothing from xisa, nothing from Triton until the program does, and changes what the program
+does only where asked (`--no-run`) or where the program could not go on (an autotuner under the
+interpreter); a failure to record a launch is noted, never raised. A `sitecustomize` of the
+environment that this one shadows still runs (`_chain`).
 
-When Triton's runtime modules are imported, three methods are wrapped:
+When Triton's runtime modules are imported, these methods are wrapped:
 - `JITFunction.run` (a launch on a GPU) and `InterpretedFunction.run` (under TRITON_INTERPRET=1):
   each launch's arguments are described as Triton's launch binder sees them and written, once per
   specialization, as one JSON line to `$XISA_CAPTURE_RECORDS/launches-<pid>.jsonl`;
-- `Autotuner.run` and `Heuristics.run`: the wrapper a launch came through is noted with it (the spec
-  names the outermost one in `function:`), with the config the autotuner chose and the values the
-  heuristics computed; the benchmarking launches of the other configs (`Autotuner._bench`) are not
-  recorded.
+- the `run` of every other triton `KernelInterface` class, as each is defined (`__init_subclass__`):
+  Autotuner and Heuristics, their subclasses (FlagGems' LibTuner, fla's CachedAutotuner) and any
+  library wrapper (FlagGems' LibEntry). The chain of wrappers a launch came through is noted with it,
+  outermost first (the spec names the outermost in `function:`), each by its role, decided by
+  isinstance: "Autotuner", "Heuristics", else the wrapper's own type name (it passes the launch
+  through); with the config the autotuner chose and the values the heuristics computed. The
+  benchmarking launches of the other configs (`Autotuner._bench`) are not recorded.
 A `kernel.warmup(...)` / `kernel[grid](..., warmup=True)` compile is recorded like a launch (it is a
 specialization the program compiles), except the autotuner's own warm-ups of every config.
+
+`$XISA_CAPTURE_NO_RUN=1` (`xisa capture --no-run`): each launch is recorded and returns without being
+compiled or run (a `NotRun` in place of the CompiledKernel), so a program runs whole on a machine with
+no GPU and no interpreter; what the kernels should have written is garbage. `$XISA_CAPTURE_CONFIG_POLICY`
+(`--config-policy`) says how an autotuner with several configs picks one where it must not benchmark
+(`CONFIG_POLICIES`); by default it benchmarks on a device, and picks `first` under --no-run and under
+the interpreter (Triton's benchmark needs a GPU driver).
 The methods wrapped have the same signatures in Triton 3.6 and 3.8 (`run(self, *args, grid, warmup,
-**kwargs)`, `native_specialize_impl(backend, arg, is_const, specialize, align)`, `KernelParam`).
+**kwargs)`, `native_specialize_impl(backend, arg, is_const, specialize, align)`, `KernelParam`,
+`Autotuner.configs / prune_configs / best_config`).
 """
 
 import os
 import sys
 
-RECORDS_VARIABLE = "XISA_CAPTURE_RECORDS"
+from _xisa_capture_hook import (CONFIG_POLICIES, MODULES, NO_RUN_VARIABLE, POLICY_VARIABLE, RECORDS_VARIABLE,
+                                PatchOnImport, WouldBenchmark, innermost, interpreted_class, launch_classes, patch,
+                                wrapper_classes)
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_WRAPPED = "_xisa_capture_original"
 TWO_GIB = 2**31 - 1   # the AMD backend's bound for tt.pointer_range 32 (HIPBackend.is_within_2gb)
 
 
@@ -47,12 +61,16 @@ def _chain() -> None:
 
 
 class _Recorder:
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, *, no_run: bool = False, policy: str | None = None):
         import threading
 
         self.folder = folder
+        self.no_run = no_run
+        self.policy = policy             # None: "bench" where kernels run on a device, else "first"
         self.lock = threading.Lock()
-        self.local = threading.local()   # .benching (depth), .wrappers (stack of Autotuner/Heuristics runs)
+        # per thread: .benching and .record_only (depths), .no_bench (depth: `cached` asks the autotuner without
+        # letting it benchmark), .wrappers (the stack of wrapper runs under way), .chosen_by (id -> policy)
+        self.local = threading.local()
         self.seen: set = set()
         self.failed: set = set()
         self.params: dict = {}
@@ -136,12 +154,17 @@ class _Recorder:
             specialization[param.name] = _plain(list(kind))
             described_args[param.name] = _argument(value, kind)
         chain = self.wrapper_chain(kernel)
-        chosen, computed = None, {}
+        autotuner, heuristics = wrapper_classes()
+        chosen, computed, chosen_by = None, {}, None
+        if sum(isinstance(wrapper, autotuner) for wrapper in chain) > 1:
+            raise ValueError("it is launched through several autotuners, and a spec case picks the config of one")
         for wrapper in chain:
-            if type(wrapper).__name__ == "Autotuner" and getattr(wrapper, "best_config", None) is not None:
-                chosen = _config(wrapper.best_config)
-            elif type(wrapper).__name__ == "Heuristics":
+            if isinstance(wrapper, autotuner):
+                chosen = _config(_chosen_config(wrapper), self.listed_configs(wrapper))
+                chosen_by = self.chosen_by(wrapper)
+            elif isinstance(wrapper, heuristics):   # a constexpr, or a launch option (FlagGems' num_warps)
                 computed.update({k: constexprs[k] for k in wrapper.values if k in constexprs})
+                computed.update({k: options.pop(k) for k in wrapper.values if k in options})
         if chosen is not None:
             # the config's values are the case's `config:`, not constexprs or options restated
             for name in chosen["kwargs"]:
@@ -156,13 +179,16 @@ class _Recorder:
         record = {
             "function": named or fn.__name__, "qualname": fn.__qualname__, "module": fn.__module__,
             "file": os.path.abspath(fn.__code__.co_filename),
-            # the wrappers the launch came through, outermost first (the spec's `function:` names the outermost)
-            "through": [type(w).__name__ for w in reversed(chain)],
+            # the wrappers the launch came through, outermost first (the spec's `function:` names the outermost):
+            # each one's role ("Autotuner", "Heuristics", else its type: it passes the launch through), its type
+            "through": [_role(w, autotuner, heuristics) for w in reversed(chain)],
+            "wrapper_types": [type(w).__name__ for w in reversed(chain)],
             # what the module's attribute of that name is, when the launch did not come through it
             "wrapper": None if named else _wrapper_name(getattr(module, fn.__name__, None), kernel),
-            "interpreted": type(kernel).__name__ == "InterpretedFunction",
+            "interpreted": isinstance(kernel, interpreted_class()),
             "args": described_args, "specialization": specialization, "constexprs": constexprs,
-            "options": options, "autotune": chosen, "heuristics": computed,
+            "options": options, "autotune": chosen, "config_chosen_by": chosen_by, "heuristics": computed,
+            "no_run": self.no_run,
             "warmup": bool(kwargs.get("warmup")), "test": os.environ.get("PYTEST_CURRENT_TEST"),
             "generated": self.sources.describe(kernel),   # None: its module imports by name elsewhere too
             "time": time.time_ns(),   # orders the launches of several processes
@@ -175,7 +201,7 @@ class _Recorder:
         return record
 
     def wrapper_chain(self, kernel) -> list:
-        """The Autotuner/Heuristics runs under way in this thread that wrap `kernel`, innermost first."""
+        """The wrapper runs under way in this thread that wrap `kernel`, innermost first."""
         stack = getattr(self.local, "wrappers", None) or []
         chain, inner = [], kernel
         for wrapper in reversed(stack):
@@ -184,6 +210,105 @@ class _Recorder:
             chain.append(wrapper)
             inner = wrapper
         return chain
+
+    # ------------------------------------------------------------------ a wrapper's run
+
+    def through(self, wrapper, original, args: tuple, kwargs: dict):
+        """`wrapper.run(*args, **kwargs)` with the wrapper on this thread's stack; an autotuner that must not
+        benchmark here picks its config by the policy (`run_by_policy`)."""
+        stack = self.local.__dict__.setdefault("wrappers", [])
+        if (stack and stack[-1] is wrapper) or isinstance(wrapper, launch_classes()):
+            return original(wrapper, *args, **kwargs)   # a subclass's run calling super().run; a launch class
+        stack.append(wrapper)
+        try:
+            autotuner = wrapper_classes()[0]
+            policy = self.policy_for(wrapper) if isinstance(wrapper, autotuner) else "bench"
+            if policy == "bench" or len(wrapper.configs) <= 1:
+                return original(wrapper, *args, **kwargs)
+            return self.run_by_policy(wrapper, original, args, kwargs, policy)
+        finally:
+            stack.pop()
+
+    def policy_for(self, tuner) -> str:
+        if self.policy is not None:
+            return self.policy
+        return "first" if self.no_run or isinstance(innermost(tuner), interpreted_class()) else "bench"
+
+    def chosen_by(self, tuner) -> str:
+        return self.local.__dict__.get("chosen_by", {}).get(id(tuner), "autotuner")
+
+    def run_by_policy(self, tuner, original, args: tuple, kwargs: dict, policy: str):
+        """Run the autotuner with its config chosen by `policy` (CONFIG_POLICIES), never benchmarking: for each
+        config chosen it runs as if that were its only config (Autotuner.run and LibTuner.run then take it
+        without benchmark, cache or pruning; the config's pre_hook still runs)."""
+        chosen_by = self.local.__dict__.setdefault("chosen_by", {})
+        try:
+            if policy == "cached":
+                chosen_by[id(tuner)] = "cached"
+                self.local.no_bench = getattr(self.local, "no_bench", 0) + 1
+                try:
+                    return original(tuner, *args, **kwargs)
+                except WouldBenchmark:
+                    pass   # no config cached for this launch: the first, as `first`
+                finally:
+                    self.local.no_bench -= 1
+            tuner.nargs = dict(zip(tuner.arg_names, args))   # what prune_configs reads, as Autotuner.run sets it
+            pruned = list(tuner.prune_configs(kwargs))
+            if policy == "all":
+                chosen_by[id(tuner)] = "all"
+                self.local.record_only = getattr(self.local, "record_only", 0) + 1
+                try:
+                    for config in pruned:
+                        self.run_with_config(tuner, original, config, args, kwargs)
+                finally:
+                    self.local.record_only -= 1
+            chosen_by[id(tuner)] = {"first": "first", "cached": "first (nothing cached)"}.get(policy, policy)
+            return self.run_with_config(tuner, original, pruned[0], args, kwargs)
+        finally:
+            chosen_by.pop(id(tuner), None)
+
+    def run_with_config(self, tuner, original, config, args: tuple, kwargs: dict):
+        """The autotuner's run as if `config` were its only one; the case still names it among all of them. (A
+        thread launching the same autotuner meanwhile would see the one config too: programs tune from one.)"""
+        listed = self.local.__dict__.setdefault("listed", {})
+        saved = listed[id(tuner)] = tuner.configs
+        tuner.configs = [config]
+        self.local.no_bench = getattr(self.local, "no_bench", 0) + 1
+        try:
+            return original(tuner, *args, **kwargs)
+        except WouldBenchmark:
+            raise RuntimeError(f"xisa capture: the {type(tuner).__name__} of {innermost(tuner).__name__} benchmarks "
+                               "even a single config, so the config policy cannot choose without running it: capture "
+                               "it where the kernels run (--config-policy bench)") from None
+        finally:
+            self.local.no_bench -= 1
+            tuner.configs = saved
+            del listed[id(tuner)]
+
+    def listed_configs(self, tuner) -> list:
+        return self.local.__dict__.get("listed", {}).get(id(tuner), tuner.configs)
+
+    def skips(self) -> bool:
+        """Whether a launch returns without compiling or running: --no-run, or one config of `all` recorded."""
+        return self.no_run or bool(getattr(self.local, "record_only", 0))
+
+
+def _role(wrapper, autotuner, heuristics) -> str:
+    """A wrapper's part in the launch, as the spec reads it: "Autotuner", "Heuristics", or its own type's name."""
+    if isinstance(wrapper, autotuner):
+        return "Autotuner"
+    if isinstance(wrapper, heuristics):
+        return "Heuristics"
+    name = type(wrapper).__name__
+    return name if name not in ("Autotuner", "Heuristics") else f"{type(wrapper).__module__}.{name}"
+
+
+def _chosen_config(tuner):
+    """The config the autotuner launched with (Autotuner.run and LibTuner.run set `best_config` before they launch)."""
+    config = getattr(tuner, "best_config", None)
+    if config is None:
+        raise ValueError(f"the {type(tuner).__name__} around it set no best_config, so the config it chose is unknown")
+    return config
 
 
 def _sources_recorder(folder: str):
@@ -219,9 +344,11 @@ def _attribute_name(module, obj, preferred):
     return None
 
 
-def _config(config) -> dict:
+def _config(config, configs) -> dict:
     """An autotune Config as the spec's `config:` holds it: its kwargs, num_warps and num_stages, and num_ctas,
-    maxnreg only when not their defaults (1, None)."""
+    maxnreg only when not their defaults (1, None) or when another of the autotuner's `configs` differs only in
+    them. xisa compiles the configs the autotuner lists, so one that is none of them is refused here (a launch
+    not recorded, noted) rather than written as a case its compile refuses."""
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
     if getattr(config, "num_ctas", 1) not in (1, None):
         options["num_ctas"] = config.num_ctas
@@ -229,7 +356,31 @@ def _config(config) -> dict:
         options["maxnreg"] = config.maxnreg
     if getattr(config, "ir_override", None) is not None:
         options["ir_override"] = _plain(config.ir_override)
-    return {"kwargs": {k: _constexpr(v) for k, v in config.kwargs.items()}, "options": options}
+    chosen = {"kwargs": {k: _constexpr(v) for k, v in config.kwargs.items()}, "options": options}
+    matching = _configs_matching({**chosen["kwargs"], **options}, configs)
+    if len(matching) > 1:
+        options.update(num_ctas=getattr(config, "num_ctas", 1), maxnreg=getattr(config, "maxnreg", None))
+        matching = _configs_matching({**chosen["kwargs"], **options}, configs)
+    if not matching:
+        raise ValueError(f"the autotuner launched a config that is none of its {len(configs)} configs ({config}): "
+                         "a library's own config cache chose it (fla's FLA_CACHE_MODE); capture with that cache off "
+                         "or --config-policy first")
+    if any(other.all_kwargs() != matching[0].all_kwargs() or other.pre_hook is not matching[0].pre_hook
+           for other in matching[1:]):
+        raise ValueError(f"{len(matching)} of the autotuner's configs have the values {config} and differ in their "
+                         "pre_hook: a case cannot name one")
+    return chosen
+
+
+def _configs_matching(values: dict, configs) -> list:
+    """The configs whose values are `values` on its keys, as the spec's `config:` mapping selects them."""
+    def same(given, value):
+        return isinstance(given, bool) == isinstance(value, bool) and given == value
+
+    missing = object()
+    return [config for config in configs
+            if all(same(value, _constexpr(config.all_kwargs().get(name, missing if value is not None else None)))
+                   for name, value in values.items())]
 
 
 def _wrapper_name(attribute, kernel):
@@ -301,123 +452,21 @@ def _argument(value, kind):
     return {"unsupported": type(value).__name__, "repr": repr(value)[:200]}
 
 
-# ---------------------------------------------------------------------- wrapping Triton's methods
-
-def _wrap_launch(cls, recorder: _Recorder) -> None:
-    original = cls.run
-    if getattr(original, _WRAPPED, None) is not None:
-        return
-
-    def run(self, *args, **kwargs):
-        recorder.launch(self, args, kwargs)
-        return original(self, *args, **kwargs)
-
-    setattr(run, _WRAPPED, original)
-    run.__doc__, run.__name__, run.__qualname__ = original.__doc__, original.__name__, original.__qualname__
-    cls.run = run
-
-
-def _wrap_run(cls, recorder: _Recorder) -> None:
-    """`cls.run` (Autotuner, Heuristics) pushes the object on this thread's wrapper stack while it runs."""
-    original = cls.run
-    if getattr(original, _WRAPPED, None) is not None:
-        return
-
-    def run(self, *args, **kwargs):
-        stack = recorder.local.__dict__.setdefault("wrappers", [])
-        stack.append(self)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            stack.pop()
-
-    setattr(run, _WRAPPED, original)
-    run.__doc__, run.__name__, run.__qualname__ = original.__doc__, original.__name__, original.__qualname__
-    cls.run = run
-
-
-def _wrap_quiet(cls, method: str, recorder: _Recorder) -> None:
-    """While `cls.method` runs (the autotuner's benchmark of each config, its warm-up of each), nothing is recorded."""
-    original = getattr(cls, method)
-    if getattr(original, _WRAPPED, None) is not None:
-        return
-
-    def quiet(self, *args, **kwargs):
-        recorder.local.benching = getattr(recorder.local, "benching", 0) + 1
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            recorder.local.benching -= 1
-
-    setattr(quiet, _WRAPPED, original)
-    quiet.__doc__, quiet.__name__, quiet.__qualname__ = original.__doc__, original.__name__, original.__qualname__
-    setattr(cls, method, quiet)
-
-
-def _patch(name: str, module, recorder: _Recorder) -> None:
-    if name == "triton.runtime.jit":
-        _wrap_launch(module.JITFunction, recorder)
-    elif name == "triton.runtime.interpreter":
-        _wrap_launch(module.InterpretedFunction, recorder)
-    elif name == "triton.runtime.autotuner":
-        _wrap_run(module.Autotuner, recorder)
-        _wrap_quiet(module.Autotuner, "_bench", recorder)
-        _wrap_quiet(module.Autotuner, "warmup", recorder)
-        _wrap_run(module.Heuristics, recorder)
-
-
-_MODULES = ("triton.runtime.jit", "triton.runtime.interpreter", "triton.runtime.autotuner")
-
-
-class _PatchOnImport:
-    """A meta-path finder that patches Triton's runtime modules right after they execute (nothing is imported early)."""
-
-    def __init__(self, recorder: _Recorder):
-        self.recorder = recorder
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in _MODULES:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader, recorder = spec.loader, self.recorder
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original = loader.exec_module
-
-        class Loader:
-            def __getattr__(self, attr):
-                return getattr(loader, attr)
-
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                original(module)
-                try:
-                    _patch(name, module, recorder)
-                except Exception as exc:
-                    recorder.write({"error": f"patching {name}: {type(exc).__name__}: {exc}"})
-
-        spec.loader = Loader()
-        return spec
-
-
 def _install() -> None:
     folder = os.environ.get(RECORDS_VARIABLE)
     if not folder or not os.path.isdir(folder):
         return
-    recorder = _Recorder(folder)
-    for name in _MODULES:   # already imported (unusual at start-up): patch now
+    policy = os.environ.get(POLICY_VARIABLE) or None
+    recorder = _Recorder(folder, no_run=os.environ.get(NO_RUN_VARIABLE) == "1",
+                         policy=policy if policy in CONFIG_POLICIES else None)
+    if policy is not None and (policy not in CONFIG_POLICIES or (policy == "bench" and recorder.no_run)):
+        recorder.policy = None
+        recorder.write({"error": f"{POLICY_VARIABLE}={policy} is not a policy here ({', '.join(CONFIG_POLICIES)}; "
+                                 "bench needs the kernels to run): the default applies"})
+    for name in MODULES:   # already imported (unusual at start-up): patch now
         if name in sys.modules:
-            _patch(name, sys.modules[name], recorder)
-    sys.meta_path.insert(0, _PatchOnImport(recorder))
+            patch(name, sys.modules[name], recorder)
+    sys.meta_path.insert(0, PatchOnImport(recorder))
 
 
 # --- device answers: XISA_CAPTURE_AS=<target> answers the program's device queries (torch.cuda, Triton's driver) as

@@ -1,5 +1,19 @@
-"""What a kernel's @triton.autotune and @triton.heuristics wrappers do to a launch: the config a case picks, its
-values and pre_hook, and the values each heuristic computes, applied in the order a launch runs them."""
+"""What a kernel's wrappers do to a launch: the config a case picks, its values and pre_hook, and the values each
+heuristic computes, applied in the order a launch runs them.
+
+A wrapper's part is decided by its type (isinstance), never its class name. Every triton `Autotuner` subclass
+keeps the part of Triton's contract that decides the code: the chosen config's `all_kwargs()` join the launch's
+kwargs, and its `pre_hook` runs on `{**args, **kwargs, **all_kwargs()}` first. FlagGems' LibTuner (read from
+flag_gems 5.0.2 utils/libentry.py) and fla's CachedAutotuner (fla-core 0.6.0 ops/utils/cache.py) differ from
+Autotuner.run only in how they choose, which a case replaces by naming the config: LibTuner keys its SQL config
+cache on `key` mapped through its `strategy` plus the dtypes, benchmarks through its `policy` after
+`prune_configs` (Autotuner's `prune_configs_by`), and swaps a cached config for the listed one with equal
+`all_kwargs()`; CachedAutotuner puts a config from fla's files into Autotuner's cache (one that is none of its
+`configs` xisa cannot name: `xisa capture` notes it). Both take `configs[0]` unbenchmarked when there is one.
+Their tuner-level `pre_hook`/`post_hook` (reset_to_zero, restore_value) run only around benchmarks, not on
+the launch that compiles, so xisa runs neither. Any other KernelInterface (FlagGems' LibEntry) passes the
+launch through (`loader.unwrap_kernel` says why that holds for LibEntry).
+"""
 
 from __future__ import annotations
 
@@ -75,6 +89,8 @@ def select_config(tuner, chosen: Any, spec: KernelSpec, field: str) -> tuple[int
     matches = [i for i, config in enumerate(configs)
                if all(_same_value(value, config.all_kwargs().get(name, missing if value is not None else None))
                       for name, value in wanted.items())]
+    if matches and all(_same_config(configs[i], configs[matches[0]]) for i in matches[1:]):
+        matches = matches[:1]   # a list holding one config twice (FlagGems' tuning files can): the same launch
     if len(matches) != 1:
         how = "matches none" if not matches else f"matches {len(matches)} ({', '.join(map(str, matches))})"
         raise SpecError(f"config {{{', '.join(f'{k}: {v}' for k, v in chosen.items())}}} {how} of the autotuner's "
@@ -84,15 +100,19 @@ def select_config(tuner, chosen: Any, spec: KernelSpec, field: str) -> tuple[int
 
 
 
+def _same_config(one, other) -> bool:
+    return one.all_kwargs() == other.all_kwargs() and one.pre_hook is other.pre_hook
+
+
 def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],
                   params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str]:
     """What the kernel's wrappers do to a launch's keyword arguments, outermost first: an Autotuner adds its config's
     values (`Config.all_kwargs`) and runs its pre_hook; a Heuristics sets each of its keys from a dict of every
-    argument (`Heuristics.run`). A value the case gives that a wrapper would replace with another is refused, naming
+    argument (`Heuristics.run`); any other wrapper changes nothing. A value the case gives that a wrapper would replace with another is refused, naming
     both (the same value is accepted: a captured case repeats them).
     Returns the kernel's kwargs, the launch options and the config's description ('' when none)."""
     from triton.compiler import make_backend
-    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.autotuner import Autotuner, Heuristics
 
     spec = cell.kernel
     path = spec.spec_path
@@ -106,7 +126,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
     tuner = _autotuner_of(wrappers, spec, f"{where}.config")
     if tuner is None and cell.config is not None:
         raise _not_autotuned(spec, f"{where}.config")
-    for wrapper in wrappers:
+    for wrapper in wrappers:   # any KernelInterface that is neither passes the launch through unchanged
         if isinstance(wrapper, Autotuner):
             index, config = select_config(wrapper, cell.config, spec, f"{where}.config")
             config_name = describe_config(index, config)
@@ -124,7 +144,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
                     raise BindError(f"{config_name}'s pre_hook raised {type(exc).__name__}: {exc}".splitlines()[0],
                                     path=path, field=f"{where}.config",
                                     fix="make the pre_hook work on stand-in tensors (shape, dtype, stride())") from None
-        else:
+        elif isinstance(wrapper, Heuristics):
             for name, heuristic in wrapper.values.items():
                 try:
                     value = heuristic(dict(launch))
@@ -139,7 +159,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
                 _check_captured_heuristic(cell, name, value)
                 if name in params or name in option_fields:
                     launch[name] = value
-    computed = {name for wrapper in wrappers if not isinstance(wrapper, Autotuner) for name in wrapper.values}
+    computed = {name for wrapper in wrappers if isinstance(wrapper, Heuristics) for name in wrapper.values}
     for name in cell.heuristics:
         if name not in computed:
             raise BindError(f"no @triton.heuristics of {spec.function!r} computes {name!r}", path=path,

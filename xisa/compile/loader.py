@@ -27,9 +27,9 @@ from xisa.errors import SpecError
 from xisa.spec.cases import KernelSpec
 
 def load_kernel_object(spec: KernelSpec, *, roots: list[Path], target=None):
-    """Import the spec's module and return what `function:` names: a JITFunction, or an @triton.autotune /
-    @triton.heuristics object around one (`unwrap_kernel` takes it apart); `target` (a Target) is the one
-    the load is for.
+    """Import the spec's module and return what `function:` names: a JITFunction, or a chain of triton
+    KernelInterface wrappers around one (@triton.autotune, @triton.heuristics, FlagGems' LibEntry: `unwrap_kernel`
+    takes it apart); `target` (a Target) is the one the load is for.
 
     The module is loaded once per process in a namespace of its own (`_load_isolated`), once per target
     when its load asked the driver for the current target, and the files the load imported are recorded
@@ -53,34 +53,73 @@ def load_kernel_object(spec: KernelSpec, *, roots: list[Path], target=None):
 
 
 def load_kernel_function(spec: KernelSpec, *, roots: list[Path], target=None):
-    """The @triton.jit function the spec names, itself or inside its autotune/heuristics wrappers."""
+    """The @triton.jit function the spec names, itself or inside its wrappers."""
     return unwrap_kernel(load_kernel_object(spec, roots=roots, target=target), spec)[0]
 
 
 def is_kernel_object(value: Any) -> bool:
-    from triton.runtime.autotuner import Autotuner, Heuristics
-    from triton.runtime.jit import JITFunction
+    """A @triton.jit function or any triton KernelInterface (an autotuner, heuristics, a library's wrapper)."""
+    from triton.runtime.jit import JITFunction, KernelInterface
 
-    return isinstance(value, (JITFunction, Autotuner, Heuristics))
+    return isinstance(value, (JITFunction, KernelInterface))
 
 
 def unwrap_kernel(fn, spec: KernelSpec) -> tuple[Any, tuple[Any, ...]]:
-    """A kernel object -> its JITFunction and the Autotuner/Heuristics wrappers around it, outermost first (the
-    order a launch runs them in)."""
-    from triton.runtime.autotuner import Autotuner, Heuristics
+    """A kernel object -> its JITFunction and the wrappers around it, outermost first (the order a launch runs them
+    in): any chain of triton KernelInterface objects, each holding the next in `.fn`, that ends in a JITFunction.
+
+    What each wrapper does is decided by its type, never its class name (`autotune.run_wrappers`): an Autotuner
+    (FlagGems' LibTuner, fla's CachedAutotuner included) adds its config, a Heuristics its values, and any other
+    KernelInterface (FlagGems' LibEntry) passes the launch's arguments through unchanged. LibEntry.run (flag_gems
+    5.0.2 utils/libentry.py) hands its args and kwargs as they are to `self.fn.run` on the first launch of each of
+    its cache keys, and that call is the one that compiles; its `key` (each tensor's dtype and `data_ptr() %
+    divisibility`, each scalar's value, constexprs), `jit_function` and per-device kernel cache only decide when
+    it replays that compiled kernel instead (`kernel[grid](*args)`), and its own evaluation of the heuristics
+    only feeds its grid: none of it changes the code, so xisa reproduces none of it. (Its key ignores a tensor's
+    storage size, which decides AMD's `tt.pointer_range 32`: a replay can reuse a kernel compiled for a smaller
+    storage. A capture records the compiling launch, which is the code that ran.)
+    """
+    from triton.runtime.jit import JITFunction, KernelInterface
+
+    wrappers: list[Any] = []
+    inner = fn
+    while not isinstance(inner, JITFunction):
+        if not isinstance(inner, KernelInterface):
+            what = type(inner).__name__ if inner is fn else f"{_chain_types(wrappers)} around a {type(inner).__name__}"
+            raise SpecError(f"{spec.function!r} is a {what}, not a @triton.jit kernel", path=spec.spec_path,
+                            field="function", fix="name a @triton.jit function, or an @triton.autotune, "
+                                                  "@triton.heuristics or other triton KernelInterface object (a "
+                                                  "library's wrapper) holding one in `.fn`")
+        if any(inner is seen for seen in wrappers):
+            raise SpecError(f"{spec.function!r} is a {_chain_types(wrappers)} whose `.fn` chain comes back to the "
+                            f"{type(inner).__name__}: it never reaches a @triton.jit function", path=spec.spec_path,
+                            field="function", fix="name the @triton.jit function the wrapper launches")
+        wrappers.append(inner)
+        try:
+            inner = getattr(inner, "fn", None)
+        except Exception:   # a property that fails holds nothing xisa can see either
+            inner = None
+        if inner is None:
+            last = type(wrappers[-1]).__name__
+            said = f"{spec.function!r} is a {_chain_types(wrappers)}" if len(wrappers) > 1 else f"{spec.function!r}"
+            raise SpecError(f"{said}: the {last} is a triton KernelInterface that holds no `.fn`, so xisa cannot see "
+                            "the @triton.jit function inside it", path=spec.spec_path, field="function",
+                            fix=f"name the @triton.jit function it launches{_held_kernel(wrappers[-1])}")
+    return inner, tuple(wrappers)
+
+
+def _chain_types(wrappers: list[Any]) -> str:
+    return " around a ".join(type(w).__name__ for w in wrappers)
+
+
+def _held_kernel(wrapper) -> str:
+    """Where a wrapper without `.fn` keeps a @triton.jit function, if in one of its own attributes."""
     from triton.runtime.jit import JITFunction
 
-    wrappers = []
-    inner = fn
-    while isinstance(inner, (Autotuner, Heuristics)) and len(wrappers) < 16:
-        wrappers.append(inner)
-        inner = inner.fn
-    if not isinstance(inner, JITFunction):
-        what = type(inner).__name__ if inner is fn else f"{type(fn).__name__} around a {type(inner).__name__}"
-        raise SpecError(f"{spec.function!r} is a {what}, not a @triton.jit kernel", path=spec.spec_path,
-                        field="function", fix="name a @triton.jit function, or an @triton.autotune or "
-                                              "@triton.heuristics object decorating one")
-    return inner, tuple(wrappers)
+    for attribute, value in sorted(getattr(wrapper, "__dict__", {}).items()):
+        if isinstance(value, JITFunction):
+            return f" (its `.{attribute}` is the @triton.jit {value.__name__!r})"
+    return ""
 
 
 def kernel_dependencies(spec: KernelSpec, target=None) -> dict[str, str | None] | None:

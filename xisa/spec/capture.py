@@ -269,6 +269,8 @@ def _header(kernel: CapturedKernel, *, root: Path, command: str, tried: tuple[st
     if kernel.interpreted:
         lines.append("# Captured under Triton's interpreter: alignments are the CPU tensors' (torch aligns a CPU "
                      "allocation to 64 bytes, so a view's alignment is its byte offset's, as on a GPU).")
+    if any(launch.get("no_run") for launch in kernel.launches):
+        lines.append("# Captured with --no-run: no launch compiled or ran; each case is what its launch would compile.")
     if kernel.through:
         said = [f"{kernel.function} is the {' over '.join(kernel.through)} the program launched"]
         if "Autotuner" in kernel.through:
@@ -331,6 +333,8 @@ def render_case(launch: dict, name: str, *, root: Path, dtype_names: set[str], o
                      + (f"   # {', '.join(unsupported)}: no spec form yet, write by hand" if unsupported else ""))
     if launch.get("autotune"):
         chosen = launch["autotune"]
+        if launch.get("config_chosen_by") not in (None, "autotuner"):   # not benchmarked: xisa capture --config-policy
+            lines.append(f"    # config: chosen by the capture's config policy ({launch['config_chosen_by']})")
         lines.append(f"    config: {_flow({**chosen['kwargs'], **chosen['options']})}")
     common, per_backend = _options_by_backend(launch.get("options") or {}, option_backends)
     if common:
