@@ -12,16 +12,20 @@ import xisa
 
 PACKAGE = Path(xisa.__file__).resolve().parent
 LAYERS = ["base", "analyze", "spec", "compile", "golden", "device", "render", "app", "shell"]
-BASE = {"errors", "names", "yamlio", "fsio", "__init__", "__main__",
-        "capture_site"}   # the capture hook: it imports nothing from xisa (it runs in the captured program)
+BASE = {"errors", "names", "yamlio", "fsio", "__init__", "__main__"}
+# The capture hook's settings (variable names, config policies): the app reads them, and they import only sys.
+BASE_MODULES = {"xisa.capture_site._xisa_capture_hook"}
 APP = {"api", "doctor"}   # the application layer: the api package, and doctor beside it
-SHELLS = {"cli", "pytest_plugin", "__main__", "capture_site"}   # capture_site: the hook in a captured program
+# capture_site: the hook in a captured program (it answers device queries through xisa.compile)
+SHELLS = {"cli", "pytest_plugin", "__main__", "capture_site"}
 
 
 def layer_of(module: str) -> str:
     parts = module.split(".")
     assert parts[0] == "xisa", module
     head = parts[1] if len(parts) > 1 else "__init__"
+    if module in BASE_MODULES:
+        return "base"
     if head in SHELLS:
         return "shell"
     if head in BASE:
