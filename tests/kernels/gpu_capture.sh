@@ -50,7 +50,7 @@ EOF
 # 1. The hand-written cells, launched through their runtime checks.
 cells=${CELLS:-$(ls golden/*/*/sm_90.yaml | awk -F/ '{print $2":"$3"@sm_90"}')}   # CELLS: a subset
 rm -rf captured   # this checkout's own (git-ignored) capture folder
-TRITON_CACHE_DIR=$work/launch-spec xisa capture -- "$python" tests/kernels/spec_launches.py $cells \
+TRITON_CACHE_DIR=$work/launch-spec xisa capture --targets sm_90 -- "$python" tests/kernels/spec_launches.py $cells \
     > "$out/spec-capture.txt" 2>&1
 echo "spec_launches: capture exit $? ($(grep -c '^wrote' "$out/spec-capture.txt") specs)"
 compare spec "$repo" "$work/launch-spec"
@@ -59,7 +59,7 @@ mkdir -p "$work/spec" && mv captured "$work/spec/"
 # 2. Liger Kernel, as an adopter captures it in a repository of their own.
 mkdir -p "$work/liger" && cp examples/liger/run_liger.py "$work/liger/"
 printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/liger/pyproject.toml"
-(cd "$work/liger" && TRITON_CACHE_DIR=$work/launch-liger xisa capture -- "$python" run_liger.py) \
+(cd "$work/liger" && TRITON_CACHE_DIR=$work/launch-liger xisa capture --targets sm_90 -- "$python" run_liger.py) \
     > "$out/liger-capture.txt" 2>&1
 echo "liger: capture exit $? ($(grep -c '^wrote' "$out/liger-capture.txt") specs)"
 compare liger "$work/liger" "$work/launch-liger"
@@ -72,7 +72,7 @@ if [ -n "$libs" ] && [ -d "$libs/flaggems/src" ]; then
     mkdir -p "$work/flaggems" && printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/flaggems/pyproject.toml"
     tests=${FLAGGEMS_TESTS:-tests/test_norm_ops.py tests/test_reduction_ops.py tests/test_special_ops.py}
     (cd "$libs/flaggems" && PYTHONPATH=$repo:$PWD/src TRITON_CACHE_DIR=$work/launch-flaggems \
-        xisa capture --out "$work/flaggems/captured" -- "$python" -m pytest -q -p no:cacheprovider --mode quick $tests) \
+        timeout -s INT ${FLAGGEMS_SECONDS:-200} "$python" -m xisa capture --targets sm_90 --out "$work/flaggems/captured" -- "$python" -m pytest -q -p no:cacheprovider --mode quick $tests) \
         > "$out/flaggems-capture.txt" 2>&1
     echo "flaggems: capture exit $? ($(grep -c '^wrote' "$out/flaggems-capture.txt") specs)"
     PYTHONPATH=$repo:$libs/flaggems/src compare flaggems "$work/flaggems" "$work/launch-flaggems"
@@ -83,7 +83,7 @@ if [ -n "$libs" ] && ls "$libs"/fla_core-*.whl >/dev/null 2>&1; then
     mkdir -p "$work/fla" && cp examples/fla/run_fla.py "$work/fla/"
     printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/fla/pyproject.toml"
     (cd "$work/fla" && PYTHONPATH=$repo:$work/site-fla TRITON_CACHE_DIR=$work/launch-fla \
-        xisa capture -- "$python" run_fla.py) > "$out/fla-capture.txt" 2>&1
+        timeout -s INT 150 "$python" -m xisa capture --targets sm_90 -- "$python" run_fla.py) > "$out/fla-capture.txt" 2>&1
     echo "fla: capture exit $? ($(grep -c '^wrote' "$out/fla-capture.txt") specs)"
     PYTHONPATH=$repo:$work/site-fla compare fla "$work/fla" "$work/launch-fla"
     captured+=" fla/captured"
