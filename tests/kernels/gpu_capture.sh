@@ -72,7 +72,7 @@ if [ -n "$libs" ] && [ -d "$libs/flaggems/src" ]; then
     mkdir -p "$work/flaggems" && printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/flaggems/pyproject.toml"
     tests=${FLAGGEMS_TESTS:-tests/test_norm_ops.py tests/test_reduction_ops.py tests/test_special_ops.py}
     (cd "$libs/flaggems" && PYTHONPATH=$repo:$PWD/src TRITON_CACHE_DIR=$work/launch-flaggems \
-        timeout -s INT ${FLAGGEMS_SECONDS:-200} "$python" -m xisa capture --targets sm_90 --out "$work/flaggems/captured" -- "$python" -m pytest -q -p no:cacheprovider --mode quick $tests) \
+        xisa capture --targets sm_90 --out "$work/flaggems/captured" -- timeout -s INT ${FLAGGEMS_SECONDS:-200} "$python" -m pytest -q -p no:cacheprovider --mode quick $tests) \
         > "$out/flaggems-capture.txt" 2>&1
     echo "flaggems: capture exit $? ($(grep -c '^wrote' "$out/flaggems-capture.txt") specs)"
     PYTHONPATH=$repo:$libs/flaggems/src compare flaggems "$work/flaggems" "$work/launch-flaggems"
@@ -83,7 +83,7 @@ if [ -n "$libs" ] && ls "$libs"/fla_core-*.whl >/dev/null 2>&1; then
     mkdir -p "$work/fla" && cp examples/fla/run_fla.py "$work/fla/"
     printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/fla/pyproject.toml"
     (cd "$work/fla" && PYTHONPATH=$repo:$work/site-fla TRITON_CACHE_DIR=$work/launch-fla \
-        timeout -s INT 150 "$python" -m xisa capture --targets sm_90 -- "$python" run_fla.py) > "$out/fla-capture.txt" 2>&1
+        xisa capture --targets sm_90 -- timeout -s INT 150 "$python" run_fla.py) > "$out/fla-capture.txt" 2>&1
     echo "fla: capture exit $? ($(grep -c '^wrote' "$out/fla-capture.txt") specs)"
     PYTHONPATH=$repo:$work/site-fla compare fla "$work/fla" "$work/launch-fla"
     captured+=" fla/captured"
