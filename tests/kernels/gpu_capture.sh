@@ -47,7 +47,9 @@ print(f"{name}: {len(cells)} captured cells, {len(matched)} with a launch cubin 
 EOF
 }
 
+only=" ${ONLY:-spec liger flaggems fla device} "   # ONLY: which of the programs below to run
 # 1. The hand-written cells, launched through their runtime checks.
+if [[ $only == *" spec "* ]]; then
 cells=${CELLS:-$(ls golden/*/*/sm_90.yaml | awk -F/ '{print $2":"$3"@sm_90"}')}   # CELLS: a subset
 rm -rf captured   # this checkout's own (git-ignored) capture folder
 TRITON_CACHE_DIR=$work/launch-spec xisa capture --targets sm_90 -- "$python" tests/kernels/spec_launches.py $cells \
@@ -55,20 +57,25 @@ TRITON_CACHE_DIR=$work/launch-spec xisa capture --targets sm_90 -- "$python" tes
 echo "spec_launches: capture exit $? ($(grep -c '^wrote' "$out/spec-capture.txt") specs)"
 compare spec "$repo" "$work/launch-spec"
 mkdir -p "$work/spec" && mv captured "$work/spec/"
+fi
 
 # 2. Liger Kernel, as an adopter captures it in a repository of their own.
+if [[ $only == *" liger "* ]]; then
 mkdir -p "$work/liger" && cp examples/liger/run_liger.py "$work/liger/"
 printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/liger/pyproject.toml"
 (cd "$work/liger" && TRITON_CACHE_DIR=$work/launch-liger xisa capture --targets sm_90 -- "$python" run_liger.py) \
     > "$out/liger-capture.txt" 2>&1
 echo "liger: capture exit $? ($(grep -c '^wrote' "$out/liger-capture.txt") specs)"
 compare liger "$work/liger" "$work/launch-liger"
+fi
 
 # 3. FlagGems, from its GitHub tree's own tests (LIBS/flaggems: src/ and tests/ of the tree), and 4. fla-core from a
 # wheel in LIBS, its ops run by examples/fla/run_fla.py: as adopters capture them, in repositories of their own.
-libs=${LIBS:-}
-captured="spec/captured liger/captured"
-if [ -n "$libs" ] && [ -d "$libs/flaggems/src" ]; then
+libs=${LIBS:+$(cd "$LIBS" && pwd)}
+captured=""
+[[ $only == *" spec "* ]] && captured+=" spec/captured"
+[[ $only == *" liger "* ]] && captured+=" liger/captured"
+if [[ $only == *" flaggems "* ]] && [ -n "$libs" ] && [ -d "$libs/flaggems/src" ]; then
     mkdir -p "$work/flaggems" && printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/flaggems/pyproject.toml"
     tests=${FLAGGEMS_TESTS:-tests/test_norm_ops.py tests/test_reduction_ops.py tests/test_special_ops.py}
     (cd "$libs/flaggems" && PYTHONPATH=$repo:$PWD/src TRITON_CACHE_DIR=$work/launch-flaggems \
@@ -78,18 +85,20 @@ if [ -n "$libs" ] && [ -d "$libs/flaggems/src" ]; then
     PYTHONPATH=$repo:$libs/flaggems/src compare flaggems "$work/flaggems" "$work/launch-flaggems"
     captured+=" flaggems/captured"
 fi
-if [ -n "$libs" ] && ls "$libs"/fla_core-*.whl >/dev/null 2>&1; then
+if [[ $only == *" fla "* ]] && [ -n "$libs" ] && ls "$libs"/fla_core-*.whl >/dev/null 2>&1; then
     "$python" -m pip install -q --no-index --no-deps --target "$work/site-fla" "$libs"/fla_core-*.whl
     mkdir -p "$work/fla" && cp examples/fla/run_fla.py "$work/fla/"
     printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/fla/pyproject.toml"
     (cd "$work/fla" && PYTHONPATH=$repo:$work/site-fla TRITON_CACHE_DIR=$work/launch-fla \
-        xisa capture --targets sm_90 -- timeout -s INT 150 "$python" run_fla.py) > "$out/fla-capture.txt" 2>&1
+        xisa capture --targets sm_90 ${FLA_CAPTURE_OPTIONS:-} -- timeout -s INT ${FLA_SECONDS:-150} "$python" run_fla.py) > "$out/fla-capture.txt" 2>&1
     echo "fla: capture exit $? ($(grep -c '^wrote' "$out/fla-capture.txt") specs)"
     PYTHONPATH=$repo:$work/site-fla compare fla "$work/fla" "$work/launch-fla"
     captured+=" fla/captured"
 fi
 
 # 5. The device tier on the hand-written cells.
+if [[ $only == *" device "* ]]; then
 aot device --arch sm_90 --json > "$out/device.json" 2> "$out/device.err"
 echo "device: exit $?"
+fi
 tar -C "$work" -czf "$out/captured.tgz" $captured
