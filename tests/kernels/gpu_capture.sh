@@ -76,13 +76,15 @@ captured=""
 [[ $only == *" spec "* ]] && captured+=" spec/captured"
 [[ $only == *" liger "* ]] && captured+=" liger/captured"
 if [[ $only == *" flaggems "* ]] && [ -n "$libs" ] && [ -d "$libs/flaggems/src" ]; then
-    mkdir -p "$work/flaggems" && printf '[tool.xisa]\nspecs = ["captured"]\n' > "$work/flaggems/pyproject.toml"
+    # captured into the tree's own captured/ (its kernels are that project's sources), as FlagGems' authors would
     tests=${FLAGGEMS_TESTS:-tests/test_norm_ops.py tests/test_reduction_ops.py tests/test_special_ops.py}
+    rm -rf "$libs/flaggems/captured"
     (cd "$libs/flaggems" && PYTHONPATH=$repo:$PWD/src TRITON_CACHE_DIR=$work/launch-flaggems \
-        xisa capture --targets sm_90 --out "$work/flaggems/captured" -- timeout -s INT ${FLAGGEMS_SECONDS:-200} "$python" -m pytest -q -p no:cacheprovider --mode quick $tests) \
+        xisa capture --targets sm_90 -- timeout -s INT ${FLAGGEMS_SECONDS:-200} "$python" -m pytest -q -p no:cacheprovider --mode quick $tests) \
         > "$out/flaggems-capture.txt" 2>&1
     echo "flaggems: capture exit $? ($(grep -c '^wrote' "$out/flaggems-capture.txt") specs)"
-    PYTHONPATH=$repo:$libs/flaggems/src compare flaggems "$work/flaggems" "$work/launch-flaggems"
+    PYTHONPATH=$repo:$libs/flaggems/src compare flaggems "$libs/flaggems" "$work/launch-flaggems"
+    mkdir -p "$work/flaggems" && cp -r "$libs/flaggems/captured" "$work/flaggems/"
     captured+=" flaggems/captured"
 fi
 if [[ $only == *" fla "* ]] && [ -n "$libs" ] && ls "$libs"/fla_core-*.whl >/dev/null 2>&1; then
