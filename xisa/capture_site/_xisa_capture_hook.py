@@ -187,6 +187,17 @@ def patch(name: str, module, recorder) -> None:
 MODULES = ("triton.runtime.jit", "triton.runtime.interpreter", "triton.runtime.autotuner")
 
 
+def spec_from_other_finders(finder, name, path=None, target=None):
+    """The module spec the finders after `finder` on sys.meta_path give for `name` (None: none knows it)."""
+    for other in sys.meta_path:
+        if other is finder or not hasattr(other, "find_spec"):
+            continue
+        spec = other.find_spec(name, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
 class PatchOnImport:
     """A meta-path finder that patches Triton's runtime modules right after they execute (nothing is imported early)."""
 
@@ -196,13 +207,8 @@ class PatchOnImport:
     def find_spec(self, name, path=None, target=None):
         if name not in MODULES:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
+        spec = spec_from_other_finders(self, name, path, target)
+        if spec is None:
             return None
         loader, recorder = spec.loader, self.recorder
         if loader is None or not hasattr(loader, "exec_module"):

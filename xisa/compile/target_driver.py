@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from xisa.capture_site._xisa_capture_hook import spec_from_other_finders
 from xisa.compile.device_answers import DeviceAnswers, UnansweredDeviceQuery, torch_answers
 
 
@@ -185,13 +186,8 @@ class _AfterImport:
     def find_spec(self, name, path=None, target=None):
         if name != self.name:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
+        spec = spec_from_other_finders(self, name, path, target)
+        if spec is None:
             return None
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
