@@ -14,7 +14,8 @@ shift || true
 venv="$PWD/.venv/bin"
 if [ $# -eq 0 ]; then set -- "$venv/python" tests/kernels/runtime_smoke.py; fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+specs=$(mktemp -d -p "$PWD" .capture-bench.XXXXXX)   # inside the project: capture refuses specs outside it
+trap 'rm -rf "$work" "$specs"' EXIT
 export TRITON_INTERPRET=1 XISA_CACHE_DIR="$work/cache"
 now() { date +%s.%N; }
 plain=() captured=()
@@ -22,10 +23,10 @@ for round in $(seq "$rounds"); do
     start=$(now); "$@" >/dev/null 2>&1 || echo "round $round: plain run failed" >&2; end=$(now)
     plain+=("$(python3 -c "print(round($end - $start, 2))")")
     start=$(now)
-    "$venv/xisa" capture --no-check --out "$work/captured-$round" -- "$@" >/dev/null 2>&1 || echo "round $round: capture failed" >&2
+    "$venv/xisa" capture --no-check --out "$specs/captured-$round" -- "$@" >/dev/null 2>&1 || echo "round $round: capture failed" >&2
     end=$(now)
     captured+=("$(python3 -c "print(round($end - $start, 2))")")
-    echo "round $round: plain ${plain[-1]}s, capture ${captured[-1]}s ($(ls "$work/captured-$round" 2>/dev/null | wc -l) specs)"
+    echo "round $round: plain ${plain[-1]}s, capture ${captured[-1]}s ($(ls "$specs/captured-$round" 2>/dev/null | wc -l) specs)"
 done
 python3 - "${plain[*]}" "${captured[*]}" <<'EOF'
 import statistics, sys

@@ -237,6 +237,14 @@ def test_the_command_failing_is_its_exit_code_and_the_launches_are_kept(tmp_path
     assert len(yaml.safe_load((root / "specs" / "scale_kernel.yaml").read_text())["cases"]) == 3
 
 
+def test_specs_outside_the_project_are_refused_before_the_command_runs(tmp_path, run_xisa):
+    """A spec outside the project would name the kernel's file by a path that project's compile refuses."""
+    root = _project(tmp_path / "proj")
+    result = _capture(run_xisa, root, "--out", str(tmp_path / "elsewhere"))
+    assert result.code == 2 and "--out" in result.err and "outside the project" in result.err, result.err
+    assert len(result.err.strip().splitlines()) == 1 and not (tmp_path / "elsewhere").exists()
+
+
 def test_no_spec_is_written_through_a_link(tmp_path, run_xisa):
     root = _project(tmp_path / "proj")
     elsewhere = tmp_path / "elsewhere"

@@ -9,8 +9,8 @@ launches are real; without one run it with TRITON_INTERPRET=1 (the CPU interpret
 is `xisa capture`: the cases captured from these launches must compile to the spec cells'
 fingerprints (tests/test_capture.py, on the CPU). On a GPU machine, the same proof with real launches:
 
-    xisa capture --out /tmp/cap -- python tests/kernels/spec_launches.py
-    xisa compile --spec /tmp/cap --spec kernels --arch sm_90 --json   # captured vs hand cells, per target
+    xisa capture --out captured-gpu -- python tests/kernels/spec_launches.py
+    xisa compile --spec captured-gpu --spec kernels --arch sm_90 --json   # captured vs hand cells, per target
 
 Prints one JSON line: {"KERNEL:CASE@TARGET": "pass" | error}.
 """

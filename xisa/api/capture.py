@@ -70,6 +70,12 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
     out = out if out.is_absolute() else cwd / out
     _refuse_link_on_the_way(out, cwd)
     project = load_project(cwd=cwd)
+    root = Path(os.path.abspath(project.root))
+    if not Path(os.path.abspath(out)).is_relative_to(root):   # its `source:` paths would climb out of a project
+        raise UsageError(f"{display_path(out, cwd)} is outside the project at {display_path(root, cwd)}: its specs "
+                         "name the kernels' files from there, and that project's compile refuses sources outside "
+                         "its kernel roots", field="--out", fix="capture into a folder of the project (default "
+                                                                "captured/), or run capture from the project the specs belong to")
     if targets:   # an unknown target is refused before the command runs
         from xisa.spec.targets import load_targets, select_targets
 
