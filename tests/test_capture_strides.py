@@ -107,3 +107,72 @@ def test_a_heuristics_key_no_heuristic_computes_is_refused(captured, run_xisa_in
     out = run_xisa_in_process("compile", "--arch", "gfx942", cwd=captured)
     assert out.code == 2 and "heuristics.CONTIGUOUS: no @triton.heuristics of 'copy_rows' computes 'CONTIGUOUS'" \
         in out.err
+
+
+FLIP_KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_2d(x_ptr, y_ptr, sx0, sx1, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + cols * sx1) + tl.load(x_ptr + row * sx0 + cols * sx1, mask=cols < N)   # the first: vector width from x_ptr's alignment
+    tl.store(y_ptr + row * BLOCK + cols, x)
+'''
+
+FLIP_PROGRAM = '''
+import torch
+from flip import copy_2d
+
+
+class Flipped:
+    """A tensor's storage seen through a negative stride, as FlagGems' StridedBuffer passes a flip: the address
+    of the view's first element, near the storage's end; no storage_offset()."""
+
+    def __init__(self, base, dim):
+        self.base, self.dtype, self.shape = base, base.dtype, base.shape
+        self.strides = list(base.stride())
+        self.strides[dim] = -self.strides[dim]
+        self.pointer = base.data_ptr() + (base.shape[dim] - 1) * base.stride(dim) * base.element_size()
+
+    def data_ptr(self):
+        return self.pointer
+
+    def stride(self):
+        return tuple(self.strides)
+
+    def untyped_storage(self):
+        return self.base.untyped_storage()
+
+
+base = torch.zeros(19, 7, dtype=torch.float16)
+x = Flipped(base, 0)                                  # 18 * 7 * 2 = 252 bytes in: aligned to 4
+out = torch.empty(19 * 128, dtype=torch.float16)
+copy_2d[(19,)](x, out, *x.stride(), 7, BLOCK=128, num_warps=1)   # 4 elements a lane: a vector load if aligned
+'''
+
+
+def test_a_negative_stride_view_is_captured_and_compiles_with_the_launchs_alignment(tmp_path, run_xisa):
+    """FlagGems' flip passes a pointer near its storage's end with a negative stride: the captured stand-in
+    keeps the strides and the address alignment (4, not 16), and it compiles (it was refused: strides >= 0)."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "flip.py").write_text(FLIP_KERNEL)
+    (root / "run_flip.py").write_text(FLIP_PROGRAM)
+    (root / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["captured"]\n')
+    out = run_xisa("capture", "--no-run", "--targets", "gfx942", "--", sys.executable, "run_flip.py", cwd=root)
+    assert out.code == 0, out.err
+    spec = root / "captured" / "copy_2d.yaml"
+    (case,) = yaml.safe_load(spec.read_text())["cases"]
+    assert case["args"]["x_ptr"] == {"tensor": "fp16", "shape": [19, 7], "strides": [-7, 1], "align": 4}
+    aligned = yaml.safe_load(spec.read_text())
+    aligned["cases"].append({**case, "name": "aligned", "args": {**case["args"], "x_ptr": {
+        "tensor": "fp16", "shape": [19, 7], "strides": [-7, 1]}}})
+    spec.write_text(yaml.safe_dump(aligned))
+    out = run_xisa("compile", "--arch", "gfx942", "--arch", "sm_90", "--json", cwd=root)
+    assert out.code == 0, out.err
+    sha = {(c["case"], c["target"]): c["sha256"] for c in json.loads(out.out)["cells"]}
+    for target in ("gfx942", "sm_90"):   # the alignment reaches the code: a 16-aligned view compiles otherwise
+        assert sha[(case["name"], target)] != sha[("aligned", target)]

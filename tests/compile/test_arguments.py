@@ -161,11 +161,23 @@ def test_storage_over_2gib_compiles_like_large_and_unlike_the_view_alone(project
     ({"offset": 2, "align": 16}, "align 16 contradicts offset 2"),
     ({"storage": -1}, "storage must be a positive number of bytes"),
     ({"strides": [1]}, "strides has 1 entries for a shape of 2"),
+    ({"strides": [-16, 1], "offset": 200}, "offset 200 puts the view's lowest element before its storage"),
+    ({"strides": [-16, 1], "storage": 1000}, "storage of 1000 bytes is smaller than the view's end (1024 bytes"),
 ])
 def test_a_storage_that_contradicts_the_view_names_the_field(value, needle):
     with pytest.raises(SpecError) as caught:
         make_standin({"tensor": "fp32", "shape": [16, 16], **value}, path="k.yaml", field="args.x")
     assert str(caught.value).startswith("k.yaml: args.x.") and needle in str(caught.value)
+
+
+def test_a_negative_stride_view_spans_its_flipped_storage():
+    """A flip's view (first element near the storage's end, stride -16): by default it reaches back to the
+    storage's first element, so its storage is the base tensor's, as Triton's AMD backend would judge it."""
+    base = torch.empty(16, 16, dtype=torch.float32)
+    standin = make_standin({"tensor": "fp32", "shape": [16, 16], "strides": [-16, 1], "align": 4}, path="k.yaml",
+                           field="args.x")
+    assert standin.ptr_range() == base.untyped_storage().size() and standin.stride() == (-16, 1)
+    assert standin.data_ptr() % 16 == 4
 
 
 # --- g. host-side tensor descriptors (TMA) ----------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xisa.errors import SpecError
-from xisa.spec.views import contiguous_strides, offset_alignment, span_elements
+from xisa.spec.views import contiguous_strides, default_offset, offset_alignment, view_end
 
 TWO_GIB = 2**31 - 1  # the AMD backend's bound for tt.pointer_range 32
 
@@ -122,9 +122,9 @@ class _Storage:
         return self.bytes_
 
 
-def _int_list(value: Any, *, path: str, field: str, minimum: int, what: str) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
-                                              for v in value):
+def _int_list(value: Any, *, path: str, field: str, minimum: int | None, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                              and (minimum is None or v >= minimum) for v in value):
         raise SpecError(f"{field.rpartition('.')[2]} must be a list of {what}", path=path, field=field)
     return value
 
@@ -205,7 +205,7 @@ def make_tensor(value: dict, *, path: str, field: str) -> StandInTensor:
         raise SpecError("shape must be a list of positive ints", path=path, field=f"{field}.shape")
     strides = None
     if "strides" in value:
-        strides = _int_list(value["strides"], path=path, field=f"{field}.strides", minimum=0, what="ints >= 0")
+        strides = _int_list(value["strides"], path=path, field=f"{field}.strides", minimum=None, what="ints")
         if len(strides) != len(shape):
             raise SpecError(f"strides has {len(strides)} entries for a shape of {len(shape)}", path=path,
                             field=f"{field}.strides", fix="give one stride (in elements) per dim")
@@ -225,15 +225,19 @@ def make_tensor(value: dict, *, path: str, field: str) -> StandInTensor:
         align = derived
     align = 16 if align is None else align
     view_strides = tuple(strides) if strides is not None else contiguous_strides(shape)
-    span = span_elements(shape, view_strides)
-    needed = (offset + span) * itemsize
+    placed = offset if "offset" in value else default_offset(shape, view_strides)
+    if placed < default_offset(shape, view_strides):
+        raise SpecError(f"offset {offset} puts the view's lowest element before its storage (its negative strides "
+                        f"reach {default_offset(shape, view_strides)} elements back)", path=path,
+                        field=f"{field}.offset", fix="give the offset of the view's first element in its storage")
+    needed = view_end(shape, view_strides, placed) * itemsize
     nbytes = needed
     if "storage" in value:
         nbytes = _storage_bytes(value["storage"], itemsize, path=path, field=f"{field}.storage")
         if nbytes < needed:
             raise SpecError(f"storage of {nbytes} bytes is smaller than the view's end ({needed} bytes: offset "
-                            f"{offset} + {span} elements of {itemsize} bytes)", path=path, field=f"{field}.storage",
-                            fix="give the whole allocation's size")
+                            f"{placed} + {needed // itemsize - placed} elements of {itemsize} bytes)", path=path,
+                            field=f"{field}.storage", fix="give the whole allocation's size")
     large = value.get("large")
     if large not in (None, True, False):
         raise SpecError("large must be true or false", path=path, field=f"{field}.large")

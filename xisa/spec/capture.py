@@ -30,7 +30,7 @@ import yaml
 
 from xisa.names import KERNEL_NAME
 from xisa.spec.portable import portable_path, portable_text
-from xisa.spec.views import contiguous_strides, offset_alignment, span_elements
+from xisa.spec.views import contiguous_strides, default_offset, offset_alignment, view_end
 
 TWO_GIB = 2**31 - 1   # the AMD backend's bound for tt.pointer_range 32, judged on the whole storage
 # Target globs of a backend's options: an option only one backend knows goes under that vendor's override.
@@ -201,7 +201,7 @@ def _view(arg: dict, dtype: str, shape: list[int], element: int, storage: int) -
         offset = 0
         if align != 16:
             stand_in["align"] = align          # an allocation not 16-byte aligned, or no offset known
-    if storage != (offset + span_elements(shape, strides)) * element:
+    if storage != view_end(shape, strides, offset or default_offset(shape, strides)) * element:
         stand_in["storage"] = storage
     return stand_in
 

@@ -24,6 +24,21 @@ def offset_alignment(offset_bytes: int) -> int:
     return align
 
 
-def span_elements(shape: list[int] | tuple[int, ...], strides: list[int] | tuple[int, ...]) -> int:
-    """How many elements of its storage a view reaches, from its first to its last."""
-    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
+def view_extent(shape: list[int] | tuple[int, ...], strides: list[int] | tuple[int, ...]) -> tuple[int, int]:
+    """The lowest and highest element a view reaches, counted from its first element (index 0 in every dim).
+    A negative stride reaches backwards from it: a flip is passed as the address of the view's first element,
+    near the end of its storage, with a negative stride (FlagGems' strided buffers do this)."""
+    low = sum((size - 1) * stride for size, stride in zip(shape, strides) if stride < 0)
+    high = sum((size - 1) * stride for size, stride in zip(shape, strides) if stride > 0)
+    return low, high
+
+
+def default_offset(shape: list[int] | tuple[int, ...], strides: list[int] | tuple[int, ...]) -> int:
+    """Where a view sits in its storage when the spec names no offset: at the start, or, where a negative stride
+    reaches backwards, just far enough in for its lowest element to be the storage's first."""
+    return -view_extent(shape, strides)[0]
+
+
+def view_end(shape: list[int] | tuple[int, ...], strides: list[int] | tuple[int, ...], offset: int) -> int:
+    """The storage elements a view at `offset` needs: up to and including its highest element."""
+    return offset + view_extent(shape, strides)[1] + 1
