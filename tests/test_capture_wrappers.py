@@ -308,3 +308,56 @@ def test_every_spec_a_no_run_capture_of_this_repos_kernels_writes_compiles(tmp_p
                     and c["constexprs"] == twin["constexprs"] and c["attrs"] == twin["attrs"]
                     and c["options"] == twin["options"]]
         assert launched and {c["sha256"] for c in launched} == {twin["sha256"]}, cell_id
+
+
+# --- device queries under --no-run: a program that sizes its launch from the GPU it is asked about ----------------
+
+SIZED_BY_DEVICE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def fill(y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.full((BLOCK,), 1.0, tl.float32))
+
+
+def run():
+    # fla's shape: a block size from the device's shared memory (no GPU here: torch.cuda is not available)
+    smem = torch.cuda.get_device_properties(0).shared_memory_per_block_optin if torch.cuda.is_available() else 0
+    block = 256 if smem > 200 * 1024 else 128 if smem > 64 * 1024 else 32
+    fill[(1,)](torch.empty(block), BLOCK=block)
+
+
+if __name__ == "__main__":
+    run()
+'''
+
+
+@pytest.mark.parametrize("answer_as, block", [(None, 256), ("sm_86", 128)])
+def test_no_run_answers_the_programs_device_queries_as_a_gpu(tmp_path, run_xisa, answer_as, block):
+    """Without the answers, a CPU machine's --no-run capture records the block the program picks with no GPU (32),
+    a config no GPU would pick; the default answers as an H200 (sm_90: 227 KiB), `--as sm_86` as an RTX 3090
+    (99 KiB), and the spec says which GPU answered."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "sized.py").write_text(SIZED_BY_DEVICE)
+    (root / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["captured"]\n')
+    options = ["--as", answer_as] if answer_as else []
+    out = run_xisa("capture", "--no-run", "--no-check", *options, "--", sys.executable, "sized.py", cwd=root,
+                   env={"XISA_CAPTURE_AS": ""})
+    assert out.code == 0, out.err
+    text = (root / "captured" / "fill.yaml").read_text()
+    assert yaml.safe_load(text)["cases"][0]["constexprs"] == {"BLOCK": block}
+    assert f"device queries were answered as {answer_as or 'sm_90'}" in text
+    assert f"answered as {answer_as or 'sm_90'}'s GPU" in out.err
+
+
+def test_an_unknown_target_to_answer_as_is_refused_before_the_command_runs(tmp_path, run_xisa_in_process):
+    (tmp_path / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["captured"]\n')
+    marker = tmp_path / "ran"
+    out = run_xisa_in_process("capture", "--no-run", "--as", "sm_99", "--", sys.executable, "-c",
+                              f"open({str(marker)!r}, 'w')", cwd=tmp_path)
+    assert out.code == 2 and "--as: 'sm_99' is not a target of this project" in out.err and not marker.exists()

@@ -13,6 +13,7 @@ NOISY_IMPORTS = '''import warnings
 warnings.warn("tl.foo is deprecated, use tl.bar", DeprecationWarning)
 warnings.warn("numpy.find_common_type is deprecated", DeprecationWarning, stacklevel=1)
 warnings.warn("the default of `x` will change", FutureWarning)
+warnings.warn("tl.make_block_ptr is deprecated. Use TensorDescriptor instead.")   # Triton 3.8: a UserWarning
 '''
 
 

@@ -189,6 +189,7 @@ class _Recorder:
             "args": described_args, "specialization": specialization, "constexprs": constexprs,
             "options": options, "autotune": chosen, "config_chosen_by": chosen_by, "heuristics": computed,
             "no_run": self.no_run,
+            "answered_as": os.environ.get("XISA_CAPTURE_AS"),   # the target whose GPU answered the device queries
             "warmup": bool(kwargs.get("warmup")), "test": os.environ.get("PYTEST_CURRENT_TEST"),
             "generated": self.sources.describe(kernel),   # None: its module imports by name elsewhere too
             "time": time.time_ns(),   # orders the launches of several processes

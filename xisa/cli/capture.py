@@ -21,11 +21,12 @@ def capture(
     targets: Annotated[Optional[list[str]], typer.Option("--targets", help="Compile each new case once for these targets (globs, repeatable; default: all) and leave out of it those that refuse it.")] = None,
     no_check: Annotated[bool, typer.Option("--no-check", help="Do not compile the new cases: write them for every target.")] = False,
     no_run: Annotated[bool, typer.Option("--no-run", help="Record each launch and return without compiling or running it: the program runs whole with no GPU and no interpreter, but every kernel output is garbage (its own checks may fail).")] = False,
+    answer_as: Annotated[Optional[str], typer.Option("--as", help="Answer the program's device queries (torch.cuda, Triton's driver) as this target's GPU, from its target file; default under --no-run on a machine without a GPU: the one target --targets names, else sm_90 (an H200).")] = None,
     config_policy: Annotated[Optional[str], typer.Option("--config-policy", help="How an autotuner with several configs picks one (the case's `config:`); default: bench where kernels run on a GPU, first under --no-run and TRITON_INTERPRET=1. " + "; ".join(f"{name}: {what}" for name, what in CONFIG_POLICIES.items()) + ".")] = None,
 ) -> None:
     """Run COMMAND and write every Triton kernel launch it makes as spec cases, one per specialization."""
     outcome = api.capture(command, out=out, spec_names=spec_name, check=not no_check, targets=targets,
-                          progress=progress_reporter, no_run=no_run, config_policy=config_policy)
+                          progress=progress_reporter, no_run=no_run, config_policy=config_policy, answer_as=answer_as)
     cwd = Path.cwd()
     for path, cases in outcome.written:
         typer.echo(f"wrote {display_path(path, cwd)} ({cases} case{'s' if cases != 1 else ''})")
@@ -50,6 +51,9 @@ def capture(
     if no_run:
         stderr().print("xisa: note: --no-run: no kernel ran, so what they should have written is garbage (a check of "
                        "the program's on them may have failed)", highlight=False, markup=False)
+    if outcome.answered_as:
+        stderr().print(f"xisa: note: the program's device queries were answered as {outcome.answered_as}'s GPU (--as "
+                       "TARGET for another)", highlight=False, markup=False)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -31,6 +31,8 @@ def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False) ->
     with warnings.catch_warnings():
         for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
             warnings.simplefilter("ignore", category)
+        # Triton 3.8 says "tl.make_block_ptr is deprecated" as a plain UserWarning, once per traced call
+        warnings.filterwarnings("ignore", message=r".* is deprecated\b", category=UserWarning)
         return _compile_cell(cell, roots=roots, keep_stages=keep_stages)
 
 

@@ -271,6 +271,10 @@ def _header(kernel: CapturedKernel, *, root: Path, command: str, tried: tuple[st
                      "allocation to 64 bytes, so a view's alignment is its byte offset's, as on a GPU).")
     if any(launch.get("no_run") for launch in kernel.launches):
         lines.append("# Captured with --no-run: no launch compiled or ran; each case is what its launch would compile.")
+    answered = sorted({launch["answered_as"] for launch in kernel.launches if launch.get("answered_as")})
+    if answered:
+        lines.append(f"# The program's device queries were answered as {', '.join(answered)} (`xisa capture --as`): "
+                     "its configs are what it picks on that GPU.")
     if kernel.through:
         said = [f"{kernel.function} is the {' over '.join(kernel.through)} the program launched"]
         if "Autotuner" in kernel.through:
