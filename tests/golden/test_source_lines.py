@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from support import copy_tinyproj, git, write_files
-from xisa.analyze.lines import NO_LINE
+from xisa.analyze.lines import NO_LINE, split_loc
 from xisa.golden.store import golden_paths, list_goldens
 from xisa.yamlio import dump_yaml
 
@@ -269,3 +269,50 @@ def test_a_loop_is_named_by_its_project_relative_source_line(run_xisa, project):
     for arch in ARCHS:
         loops = cells[f"acc:c@{arch}"]["loops"]
         assert loops and all(loop["loc"] in ("kernels/acc.py:9", "kernels/acc.py:10") for loop in loops), loops
+
+
+LIBRARY_KERNEL = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + r)
+    y = x * 2.0
+    tl.store(y_ptr + r, y)
+"""
+
+
+def test_a_library_moved_from_site_packages_to_vendor_keeps_its_lines_and_the_edit_first(run_xisa, tmp_path):
+    """Issue 26, item 3: base goldens made with the library installed (a site-packages folder outside the
+    project), head with it vendored (`vendor/`, `[tool.xisa] pythonpath`) and one line edited: the gate pairs
+    every line with itself (no phantom removed/added lines) and the edited line comes first, on both vendors."""
+    library = {"fakelib/__init__.py": "", "fakelib/ops.py": LIBRARY_KERNEL}
+    site = write_files(tmp_path / "venv" / "lib" / "python3.11" / "site-packages", library)
+    project = write_files(tmp_path / "proj", {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+        "kernels/lib.yaml": "name: lib\nmodule: fakelib.ops\nfunction: kern\ntargets: [gfx942, sm_90]\ncases:\n"
+                            "  - name: c\n    args: {x_ptr: '*fp32', y_ptr: '*fp32'}\n    constexprs: {BLOCK: 256}\n"})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(site))                   # installed: importable from site-packages
+        assert run_xisa("bless", cwd=project).code == 0
+    for arch in ARCHS:
+        golden = yaml.safe_load(golden_paths(project / "golden", "lib", "c", arch)[0].read_text())
+        assert {split_loc(r["loc"])[0] for r in golden["lines"]} - {NO_LINE} == {"fakelib/ops.py"}
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "goldens with fakelib installed")
+    vendored = {**library, "fakelib/ops.py": LIBRARY_KERNEL.replace("y = x * 2.0", "y = x * 2.0 + 1.0")}
+    write_files(project / "vendor", vendored)
+    (project / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["kernels"]\npythonpath = ["vendor"]\n')
+    gate = run_xisa("check", "--base", "main", "--format", "json", cwd=project)
+    assert gate.code == 1, gate.out + gate.err             # changed, and no scope declared
+    cells = _cells(gate)
+    for arch in ARCHS:
+        first, *rest = cells[f"lib:c@{arch}"]["line_changes"]
+        assert first["edited"] and first["loc"] == "fakelib/ops.py:9" and first["text"] == "y = x * 2.0 + 1.0"
+        assert first["base_loc"] == first["head_loc"]
+        assert all(c["base_loc"] and c["head_loc"] for c in rest if c["loc"] != NO_LINE), rest
+    markdown = run_xisa("diff", "--base", "main", cwd=project)
+    assert "vendor/" not in markdown.out and "| `lib:c` | `fakelib/ops.py:9` `y = x * 2.0 + 1.0` |" in markdown.out
