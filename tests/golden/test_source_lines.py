@@ -271,6 +271,14 @@ def test_a_loop_is_named_by_its_project_relative_source_line(run_xisa, project):
         assert loops and all(loop["loc"] in ("kernels/acc.py:9", "kernels/acc.py:10") for loop in loops), loops
 
 
+def _emitted_cubin(run_xisa, project: Path, folder: Path) -> bytes:
+    """The sm_90 cubin of lib:c, compiled afresh (line information and the DWARF naming its files included)."""
+    out = run_xisa("compile", "--arch", "sm_90", "--no-cache", "--emit", str(folder), "-q", cwd=project)
+    assert out.code == 0, out.err
+    (cubin,) = folder.rglob("*.cubin")
+    return cubin.read_bytes()
+
+
 LIBRARY_KERNEL = """import triton
 import triton.language as tl
 
@@ -297,15 +305,22 @@ def test_a_library_moved_from_site_packages_to_vendor_keeps_its_lines_and_the_ed
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(site))                   # installed: importable from site-packages
         assert run_xisa("bless", cwd=project).code == 0
+        installed_cubin = _emitted_cubin(run_xisa, project, tmp_path / "emit-installed")
+    goldens = {}
     for arch in ARCHS:
-        golden = yaml.safe_load(golden_paths(project / "golden", "lib", "c", arch)[0].read_text())
-        assert {split_loc(r["loc"])[0] for r in golden["lines"]} - {NO_LINE} == {"fakelib/ops.py"}
+        goldens[arch] = yaml.safe_load(golden_paths(project / "golden", "lib", "c", arch)[0].read_text())
+        assert {split_loc(r["loc"])[0] for r in goldens[arch]["lines"]} - {NO_LINE} == {"fakelib/ops.py"}
+        assert all(r["text"] for r in goldens[arch]["lines"] if r["loc"] != NO_LINE)   # read on NVIDIA too
     git(project, "init", "-q", "-b", "main")
     git(project, "add", "-A")
     git(project, "commit", "-qm", "goldens with fakelib installed")
-    vendored = {**library, "fakelib/ops.py": LIBRARY_KERNEL.replace("y = x * 2.0", "y = x * 2.0 + 1.0")}
-    write_files(project / "vendor", vendored)
+    write_files(project / "vendor", library)               # vendored as it is: nothing changes, DWARF included
     (project / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["kernels"]\npythonpath = ["vendor"]\n')
+    moved = _cells(run_xisa("compile", "--json", cwd=project))
+    for arch in ARCHS:
+        assert moved[f"lib:c@{arch}"]["lines"] == goldens[arch]["lines"]
+    assert _emitted_cubin(run_xisa, project, tmp_path / "emit-vendored") == installed_cubin
+    (project / "vendor" / "fakelib" / "ops.py").write_text(LIBRARY_KERNEL.replace("y = x * 2.0", "y = x * 2.0 + 1.0"))
     gate = run_xisa("check", "--base", "main", "--format", "json", cwd=project)
     assert gate.code == 1, gate.out + gate.err             # changed, and no scope declared
     cells = _cells(gate)
