@@ -264,6 +264,10 @@ def test_cells_phrase_names_each_case_once_with_its_targets():
     assert cells_phrase(["k:c@gfx942"]) == "k:c@gfx942"
     assert cells_phrase(["k:c@gfx90a", "k:c@gfx942", "j:d@sm_90"]) == "k:c on 2 targets (gfx90a, gfx942); j:d@sm_90"
     assert grouped_by_message([("a", "m1"), ("b", "m2"), ("c", "m1")]) == [(["a", "c"], "m1"), (["b"], "m2")]
+    # cases on the same targets together (one bad value in `defaults:`, every case on every target)
+    assert cells_phrase(["k:a@gfx90a", "k:a@sm_90", "k:b@gfx90a", "k:b@sm_90", "j:d@sm_90"]) == \
+        "k:a, k:b on 2 targets (gfx90a, sm_90); j:d@sm_90"
+    assert cells_phrase(["k:a@gfx942", "k:b@gfx942"]) == "k:a, k:b on gfx942"
 
 
 def test_check_text_prints_a_shared_error_once_with_the_cells_it_concerns():

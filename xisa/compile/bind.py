@@ -65,22 +65,22 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
     for name, value in cell.args.items():
         param = params.get(name)
         if param is None:
-            raise _unknown_param(name, params, path, f"{where}.args.{name}")
+            raise _unknown_param(name, params, path, cell.field_of("args", name))
         if param.is_constexpr:
-            raise BindError(f"{name!r} is a tl.constexpr parameter", path=path, field=f"{where}.args.{name}",
+            raise BindError(f"{name!r} is a tl.constexpr parameter", path=path, field=cell.field_of("args", name),
                             fix="move it under `constexprs`")
-        kwargs[name] = make_standin(value, path=path, field=f"{where}.args.{name}")
+        kwargs[name] = make_standin(value, path=path, field=cell.field_of("args", name))
     for name, value in list(kwargs.items()):
         if isinstance(value, DerivedInt):
-            kwargs[name] = resolve_derived(value, kwargs, path=path, field=f"{where}.args.{name}")
+            kwargs[name] = resolve_derived(value, kwargs, path=path, field=cell.field_of("args", name))
     for name, value in cell.constexprs.items():
         param = params.get(name)
         if param is None:
-            raise _unknown_param(name, params, path, f"{where}.constexprs.{name}")
+            raise _unknown_param(name, params, path, cell.field_of("constexprs", name))
         if not param.is_constexpr:
             raise BindError(f"{name!r} is a runtime parameter, not a tl.constexpr", path=path,
-                            field=f"{where}.constexprs.{name}", fix="move it under `args`")
-        kwargs[name] = constexpr_value(value, path=path, field=f"{where}.constexprs.{name}")
+                            field=cell.field_of("constexprs", name), fix="move it under `args`")
+        kwargs[name] = constexpr_value(value, path=path, field=cell.field_of("constexprs", name))
     options = dict(cell.options)
     config_name = ""
     if wrappers or cell.config is not None or cell.heuristics:
