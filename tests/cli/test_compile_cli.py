@@ -132,6 +132,7 @@ def test_refused_environment_variable_exits_2(run_xisa, tinyproj):
     (("  - name: small\n", "  - name: small\n    args: {count: 1}\n"), "cases[0] (small).args.count"),
     (("'gfx11*': {constexprs: {GFX11_PATH: true}}", "'gfx11*': {constexprs: {GFX11_PATH: true, COUNT: 1}}"),
      "defaults.overrides.gfx11*.constexprs.COUNT"),
+    (("options: {num_warps: 4}", "options: {num_warp: 4}"), "defaults.options.num_warp"),
 ])
 def test_an_error_about_a_value_names_the_layer_that_set_it(run_xisa, tinyproj, edit, field):
     path = tinyproj / "kernels" / "scale.yaml"
@@ -141,7 +142,8 @@ def test_an_error_about_a_value_names_the_layer_that_set_it(run_xisa, tinyproj, 
     out = run_xisa("compile", "--arch", "gfx1100", "--arch", "gfx942", "--kernel", "scale", "--json", cwd=tinyproj)
     errors = {(c["case"], c["target"]): c["error"] for c in json.loads(out.out)["cells"] if c["status"] == "error"}
     assert out.code == 2 and errors
-    assert all(e.startswith(f"kernels/scale.yaml: {field}: the kernel has no parameter ") for e in errors.values())
+    said = "unknown launch option" if "options" in field else "the kernel has no parameter"
+    assert all(e.startswith(f"kernels/scale.yaml: {field}: {said} ") for e in errors.values()), errors
     if field.startswith("cases[0]"):
         assert {case for case, _ in errors} == {"small"}
     if "overrides" in field:
