@@ -231,3 +231,26 @@ def test_bless_under_a_new_toolchain_suggests_a_commit_message_of_what_changed(r
     assert re.search(r"^- gfx1100: 1 changed \(1 cell\); instructions \d+", message, re.M)
     assert re.search(r"^- gfx942: 1 same \(1 cell\)", message, re.M)
     assert "Changed cells (1): scale:small@gfx1100" in message
+
+
+@pytest.mark.parametrize("extra, said", [
+    ({"managed": True}, "is externally managed (PEP 668: its pip refuses to install); make a virtual environment"),
+    ({"pip": False}, "has no pip; make a virtual environment"),
+    ({"pip": False, "venv": False}, "has no pip; install its venv module (Debian: apt-get install python3-venv), "
+                                    "make a virtual environment"),
+])
+def test_a_python_whose_pip_cannot_install_is_told_to_make_a_virtual_environment(run_xisa_in_process, tinyproj,
+                                                                                  tmp_path, extra, said):
+    """Debian's /usr/bin/python3 refuses `python3 -m pip install` (EXTERNALLY-MANAGED): the fix must not be it."""
+    for facts in ({"triton": None, "missing": []}, {"triton": "3.8.0", "missing": ["yaml"]}):
+        python = _fake_python(tmp_path, {"python": [3, 11], "prefix": "/usr", "xisa": None, **facts, **extra})
+        out = run_xisa_in_process("ab", *CELL, "--b-python", str(python), cwd=tinyproj)
+        fix = " ".join(out.err.split()).split("(fix: ", 1)[1]
+        venv = tinyproj / "venv-b"
+        assert out.code == 2 and fix.startswith(f"{python} {said}") and "-m pip install" not in fix, fix
+        assert f"{python} -m venv {venv} && {venv}/bin/pip install 'triton>=3.6,<3.10' torch pyyaml typer rich, " \
+               f"then --b-python {venv}/bin/python" in fix
+    plain = _fake_python(tmp_path, {"python": [3, 11], "prefix": "/v", "xisa": None, "triton": "3.8.0",
+                                    "missing": ["yaml"], "pip": True, "managed": False})
+    out = run_xisa_in_process("ab", *CELL, "--b-python", str(plain), cwd=tinyproj)
+    assert f"(fix: {plain} -m pip install pyyaml)" in " ".join(out.err.split())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_compile_json_has_the_documented_fields(run_xisa, tinyproj):
     out = run_xisa("compile", "--arch", "gfx942", "--arch", "gfx11*", "--json", cwd=tinyproj)
@@ -75,15 +77,19 @@ def test_a_problem_shared_by_several_targets_is_printed_once_with_them(run_xisa,
     cells = [c for c in json.loads(out.out)["cells"] if c["kernel"] == "scale" and c["status"] == "error"]
     targets = sorted({c["target"] for c in cells})
     assert len(targets) > 1
-    for case in {c["case"] for c in cells}:
-        assert len({c["error"] for c in cells if c["case"] == case}) == 1    # the same problem on every target
-        head = next(line for line in out.err.splitlines() if line.startswith(f"error scale:{case} "))
-        assert head.startswith(f"error scale:{case} on {len(targets)} targets (")
-        assert all(t in head for t in targets)
-    assert out.err.count("no parameter 'count'") == len({c["error"] for c in cells})
+    cases = sorted({c["case"] for c in cells})
+    assert len(cases) > 1 and len(cells) == len(cases) * len(targets)    # JSON: every cell keeps its error
+    # the value is written once, in `defaults:`: one problem, named there, for every case on every target
+    assert {c["error"].split(": ", 1)[0] for c in cells} == {"kernels/scale.yaml"}
+    assert {c["error"].split(": ")[1] for c in cells} == {"defaults.args.count"}
+    (head,) = [line for line in out.err.splitlines() if line.startswith("error scale:")]
+    named, _, rest = head.removeprefix("error ").partition(" on ")
+    assert sorted(named.split(", ")) == [f"scale:{case}" for case in cases]
+    assert rest.startswith(f"{len(targets)} targets (") and all(t in rest for t in targets)
+    assert out.err.count("no parameter 'count'") == 1
     blessed = run_xisa("bless", cwd=tinyproj)
     assert blessed.code == 2
-    assert blessed.err.count("no parameter 'count'") == len({c["error"] for c in cells}), blessed.err
+    assert blessed.err.count("no parameter 'count'") == 1, blessed.err
     assert f"on {len(targets)} targets (" in blessed.err and "(no golden written)" in blessed.err
 
 
@@ -119,3 +125,26 @@ def test_targets_and_kernels_list(run_xisa, tinyproj):
 def test_refused_environment_variable_exits_2(run_xisa, tinyproj):
     out = run_xisa("compile", "--no-cache", cwd=tinyproj, env={"TRITON_KERNEL_OVERRIDE": "1"})
     assert out.code == 2 and "TRITON_KERNEL_OVERRIDE" in out.err
+
+
+@pytest.mark.parametrize("edit, field", [
+    (("    n: 4096", "    n: 4096\n    count: 1"), "defaults.args.count"),
+    (("  - name: small\n", "  - name: small\n    args: {count: 1}\n"), "cases[0] (small).args.count"),
+    (("'gfx11*': {constexprs: {GFX11_PATH: true}}", "'gfx11*': {constexprs: {GFX11_PATH: true, COUNT: 1}}"),
+     "defaults.overrides.gfx11*.constexprs.COUNT"),
+    (("options: {num_warps: 4}", "options: {num_warp: 4}"), "defaults.options.num_warp"),
+])
+def test_an_error_about_a_value_names_the_layer_that_set_it(run_xisa, tinyproj, edit, field):
+    path = tinyproj / "kernels" / "scale.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1], 1))
+    out = run_xisa("compile", "--arch", "gfx1100", "--arch", "gfx942", "--kernel", "scale", "--json", cwd=tinyproj)
+    errors = {(c["case"], c["target"]): c["error"] for c in json.loads(out.out)["cells"] if c["status"] == "error"}
+    assert out.code == 2 and errors
+    said = "unknown launch option" if "options" in field else "the kernel has no parameter"
+    assert all(e.startswith(f"kernels/scale.yaml: {field}: {said} ") for e in errors.values()), errors
+    if field.startswith("cases[0]"):
+        assert {case for case, _ in errors} == {"small"}
+    if "overrides" in field:
+        assert {target for _, target in errors} == {"gfx1100"}

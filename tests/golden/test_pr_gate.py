@@ -201,6 +201,14 @@ def test_a_bad_base_is_one_line_before_anything_compiles(run_xisa, repo, tmp_pat
     for args in (["diff", "--base", "no-such-branch"], ["check", "--base", "no-such-branch", "--compile-base"]):
         _one_line(run_xisa(*args, cwd=repo, env=env), "--base: unknown revision 'no-such-branch'",
                   "fetch-depth: 0")
+    # the fix names what exists here, never the revision that just failed
+    said = _one_line(run_xisa("diff", "--base", "origin/main", cwd=repo, env=env), "unknown revision 'origin/main'")
+    assert "e.g. --base main (branches here: main)" in said and "--base origin/main" not in said
+    assert "git fetch" not in said                          # no remote called origin here
+    git(repo, "remote", "add", "origin", str(repo))
+    said = _one_line(run_xisa("diff", "--base", "origin/main", cwd=repo, env=env), "unknown revision 'origin/main'")
+    assert "or fetch it first: git fetch origin main" in said
+    assert "e.g. --base main" in _one_line(run_xisa("diff", "--base", "-x", cwd=repo, env=env), "not a git revision")
     (repo / ".git").rename(repo / "not-git")
     _one_line(run_xisa("diff", "--base", "main", cwd=repo, env=env), "is not inside a git repository")
     assert not (cold / "results").exists()

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from support import copy_tinyproj, git, write_files
-from xisa.analyze.lines import NO_LINE
+from xisa.analyze.lines import NO_LINE, split_loc
 from xisa.golden.store import golden_paths, list_goldens
 from xisa.yamlio import dump_yaml
 
@@ -269,3 +269,65 @@ def test_a_loop_is_named_by_its_project_relative_source_line(run_xisa, project):
     for arch in ARCHS:
         loops = cells[f"acc:c@{arch}"]["loops"]
         assert loops and all(loop["loc"] in ("kernels/acc.py:9", "kernels/acc.py:10") for loop in loops), loops
+
+
+def _emitted_cubin(run_xisa, project: Path, folder: Path) -> bytes:
+    """The sm_90 cubin of lib:c, compiled afresh (line information and the DWARF naming its files included)."""
+    out = run_xisa("compile", "--arch", "sm_90", "--no-cache", "--emit", str(folder), "-q", cwd=project)
+    assert out.code == 0, out.err
+    (cubin,) = folder.rglob("*.cubin")
+    return cubin.read_bytes()
+
+
+LIBRARY_KERNEL = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + r)
+    y = x * 2.0
+    tl.store(y_ptr + r, y)
+"""
+
+
+def test_a_library_moved_from_site_packages_to_vendor_keeps_its_lines_and_the_edit_first(run_xisa, tmp_path):
+    """Issue 26, item 3: base goldens made with the library installed (a site-packages folder outside the
+    project), head with it vendored (`vendor/`, `[tool.xisa] pythonpath`) and one line edited: the gate pairs
+    every line with itself (no phantom removed/added lines) and the edited line comes first, on both vendors."""
+    library = {"fakelib/__init__.py": "", "fakelib/ops.py": LIBRARY_KERNEL}
+    site = write_files(tmp_path / "venv" / "lib" / "python3.11" / "site-packages", library)
+    project = write_files(tmp_path / "proj", {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+        "kernels/lib.yaml": "name: lib\nmodule: fakelib.ops\nfunction: kern\ntargets: [gfx942, sm_90]\ncases:\n"
+                            "  - name: c\n    args: {x_ptr: '*fp32', y_ptr: '*fp32'}\n    constexprs: {BLOCK: 256}\n"})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(site))                   # installed: importable from site-packages
+        assert run_xisa("bless", cwd=project).code == 0
+        installed_cubin = _emitted_cubin(run_xisa, project, tmp_path / "emit-installed")
+    goldens = {}
+    for arch in ARCHS:
+        goldens[arch] = yaml.safe_load(golden_paths(project / "golden", "lib", "c", arch)[0].read_text())
+        assert {split_loc(r["loc"])[0] for r in goldens[arch]["lines"]} - {NO_LINE} == {"fakelib/ops.py"}
+        assert all(r["text"] for r in goldens[arch]["lines"] if r["loc"] != NO_LINE)   # read on NVIDIA too
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "goldens with fakelib installed")
+    write_files(project / "vendor", library)               # vendored as it is: nothing changes, DWARF included
+    (project / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["kernels"]\npythonpath = ["vendor"]\n')
+    moved = _cells(run_xisa("compile", "--json", cwd=project))
+    for arch in ARCHS:
+        assert moved[f"lib:c@{arch}"]["lines"] == goldens[arch]["lines"]
+    assert _emitted_cubin(run_xisa, project, tmp_path / "emit-vendored") == installed_cubin
+    (project / "vendor" / "fakelib" / "ops.py").write_text(LIBRARY_KERNEL.replace("y = x * 2.0", "y = x * 2.0 + 1.0"))
+    gate = run_xisa("check", "--base", "main", "--format", "json", cwd=project)
+    assert gate.code == 1, gate.out + gate.err             # changed, and no scope declared
+    cells = _cells(gate)
+    for arch in ARCHS:
+        first, *rest = cells[f"lib:c@{arch}"]["line_changes"]
+        assert first["edited"] and first["loc"] == "fakelib/ops.py:9" and first["text"] == "y = x * 2.0 + 1.0"
+        assert first["base_loc"] == first["head_loc"]
+        assert all(c["base_loc"] and c["head_loc"] for c in rest if c["loc"] != NO_LINE), rest
+    markdown = run_xisa("diff", "--base", "main", cwd=project)
+    assert "vendor/" not in markdown.out and "| `lib:c` | `fakelib/ops.py:9` `y = x * 2.0 + 1.0` |" in markdown.out

@@ -58,6 +58,15 @@ def test_summary_lists_each_target_once():
                     "byte-identical: gfx942 (15 cells)")
     for target in ("gfx1100", "gfx942", "sm_90"):
         assert line.count(target) == 1
+
+
+def test_summary_names_targets_with_the_same_counts_together():
+    """One spec error on 13 targets is one part of the summary, not 13."""
+    targets = [f"gfx{n}" for n in (1100, 1151, 1200)] + ["sm_90", "sm_100"]
+    verdicts = [_verdict("k", case, target, ERROR) for target in targets for case in ("a", "b")]
+    verdicts += [_verdict("k", "a", "gfx942", CHANGED), _verdict("k", "b", "gfx942", ERROR)]
+    line = summary_line(_report(verdicts))
+    assert line == "gfx1100, gfx1151, gfx1200, sm_100, sm_90: 2 error each; gfx942: 1 error, 1 changed"
     assert summary_line(_report([_verdict("k", "c", "gfx942", SAME)])) == "byte-identical: gfx942 (1 cell)"
 
 
@@ -255,6 +264,10 @@ def test_cells_phrase_names_each_case_once_with_its_targets():
     assert cells_phrase(["k:c@gfx942"]) == "k:c@gfx942"
     assert cells_phrase(["k:c@gfx90a", "k:c@gfx942", "j:d@sm_90"]) == "k:c on 2 targets (gfx90a, gfx942); j:d@sm_90"
     assert grouped_by_message([("a", "m1"), ("b", "m2"), ("c", "m1")]) == [(["a", "c"], "m1"), (["b"], "m2")]
+    # cases on the same targets together (one bad value in `defaults:`, every case on every target)
+    assert cells_phrase(["k:a@gfx90a", "k:a@sm_90", "k:b@gfx90a", "k:b@sm_90", "j:d@sm_90"]) == \
+        "k:a, k:b on 2 targets (gfx90a, sm_90); j:d@sm_90"
+    assert cells_phrase(["k:a@gfx942", "k:b@gfx942"]) == "k:a, k:b on gfx942"
 
 
 def test_check_text_prints_a_shared_error_once_with_the_cells_it_concerns():

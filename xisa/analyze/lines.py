@@ -6,8 +6,8 @@ fingerprint or of what the analyzer counts, so a line moved by an edit above it 
 SHA-256 nor the verdict, only the table's line numbers. Its counts add up to the cell's `instructions`;
 instructions without a line (line 0, none given) are one explicit `NO_LINE` row.
 
-Rows are plain mappings (as a golden and the result cache keep them): `loc` (`FILE:LINE`, FILE relative to
-the project, or to its sys.path folder for an installed package), `text` (the source line, stripped),
+Rows are plain mappings (as a golden and the result cache keep them): `loc` (`FILE:LINE`, FILE as
+`xisa.compile.cell.SourceFiles` names it: from its top package's folder, else relative to the project), `text` (the source line, stripped),
 `count` and `histogram` (base mnemonics). Two cells' tables are matched by the lines' text, in order per
 file (a sequence diff), so inserting a line above a kernel shifts every number but changes nothing.
 

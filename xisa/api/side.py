@@ -16,7 +16,7 @@ from xisa.errors import ToolchainError
 # What another Python needs to run xisa's compile from this checkout (xisa itself need not be installed).
 _SIDE_MODULES = ("triton", "torch", "yaml", "typer", "rich")
 _SIDE_PROBE = """
-import importlib.metadata as m, importlib.util as u, json, sys
+import importlib.metadata as m, importlib.util as u, json, os, sys, sysconfig
 try:
     triton = m.version("triton")
 except m.PackageNotFoundError:
@@ -24,7 +24,9 @@ except m.PackageNotFoundError:
 spec = u.find_spec("xisa")
 print(json.dumps({"python": list(sys.version_info[:2]), "prefix": sys.prefix, "triton": triton,
                   "missing": [n for n in %r if u.find_spec(n) is None],
-                  "xisa": spec.origin if spec else None}))
+                  "xisa": spec.origin if spec else None, "pip": u.find_spec("pip") is not None,
+                  "venv": u.find_spec("ensurepip") is not None, "managed": sys.prefix == sys.base_prefix
+                  and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))}))
 """ % (_SIDE_MODULES,)
 
 
@@ -65,6 +67,19 @@ def _triton_requirement() -> str:
 
     (low_major, low_minor), (high_major, high_minor) = SUPPORTED_TRITON
     return f"triton>={low_major}.{low_minor},<{high_major}.{high_minor + 1}"
+
+
+def _install_fix(python: str, field: str, packages: str, facts: dict[str, Any]) -> str:
+    """How to install `packages` for `python`: its own pip where that may install; else a virtual environment
+    made with it, holding everything a side needs (a distribution's Python is externally managed, PEP 668: its
+    pip refuses to install)."""
+    if facts.get("pip", True) and not facts.get("managed", False):
+        return f"{python} -m pip install {packages}"
+    venv = Path.cwd() / "venv-b"
+    why = "is externally managed (PEP 668: its pip refuses to install)" if facts.get("managed") else "has no pip"
+    first = "" if facts.get("venv", True) else "install its venv module (Debian: apt-get install python3-venv), "
+    return (f"{python} {why}; {first}make a virtual environment with it: {python} -m venv {venv} && {venv}/bin/pip "
+            f"install '{_triton_requirement()}' torch pyyaml typer rich, then {field} {venv}/bin/python")
 
 
 def _not_runnable_fix(python: str, field: str) -> str:
@@ -110,18 +125,19 @@ def probe_side_python(python: str, *, field: str, cache_dir: Path) -> dict[str, 
                              field=field, fix="make the virtual environment with Python 3.11 or later")
     if facts["triton"] is None:
         raise ToolchainError(f"{python} has no Triton installed", field=field,
-                             fix=f"{python} -m pip install '{_triton_requirement()}' torch pyyaml typer rich")
+                             fix=_install_fix(python, field, f"'{_triton_requirement()}' torch pyyaml typer rich",
+                                              facts))
     try:
         check_supported(facts["triton"])
     except ToolchainError:
         (low_major, low_minor), (high_major, high_minor) = SUPPORTED_TRITON
         raise ToolchainError(f"{python} has Triton {facts['triton']}, outside the range xisa supports "
                              f"({low_major}.{low_minor} to {high_major}.{high_minor})", field=field,
-                             fix=f"{python} -m pip install '{_triton_requirement()}'") from None
+                             fix=_install_fix(python, field, f"'{_triton_requirement()}'", facts)) from None
     if facts["missing"]:
         raise ToolchainError(f"{python} cannot import {', '.join(facts['missing'])}, which xisa's compile needs",
-                             field=field, fix=f"{python} -m pip install {' '.join(facts['missing'])}".replace(
-                                 " yaml", " pyyaml"))
+                             field=field, fix=_install_fix(python, field, " ".join(
+                                 "pyyaml" if name == "yaml" else name for name in facts["missing"]), facts))
     ours = str(_xisa_parent() / "xisa" / "__init__.py")
     if facts["xisa"] is None or os.path.realpath(facts["xisa"]) != os.path.realpath(ours):
         raise ToolchainError(f"{python} imports xisa from {facts['xisa']}, not from this checkout ({ours})",

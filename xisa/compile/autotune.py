@@ -119,9 +119,9 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
     where = cell.field_path or "case"
     option_fields = backend_option_fields(make_backend(cell.target.gpu_target()), cell.target)
     launch = {**kwargs, **options}   # a launch's kwargs: parameters and options alike
-    given = {name: f"{where}.constexprs.{name}" for name in cell.constexprs}   # the case's own values
-    given.update({name: f"{where}.args.{name}" for name in cell.args})
-    given.update({name: f"{where}.options.{name}" for name in cell.options})
+    given = {name: cell.field_of("constexprs", name) for name in cell.constexprs}   # the case's own values
+    given.update({name: cell.field_of("args", name) for name in cell.args})
+    given.update({name: cell.field_of("options", name) for name in cell.options})
     config_name = ""
     tuner = _autotuner_of(wrappers, spec, f"{where}.config")
     if tuner is None and cell.config is not None:

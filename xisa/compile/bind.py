@@ -65,22 +65,22 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
     for name, value in cell.args.items():
         param = params.get(name)
         if param is None:
-            raise _unknown_param(name, params, path, f"{where}.args.{name}")
+            raise _unknown_param(name, params, path, cell.field_of("args", name))
         if param.is_constexpr:
-            raise BindError(f"{name!r} is a tl.constexpr parameter", path=path, field=f"{where}.args.{name}",
+            raise BindError(f"{name!r} is a tl.constexpr parameter", path=path, field=cell.field_of("args", name),
                             fix="move it under `constexprs`")
-        kwargs[name] = make_standin(value, path=path, field=f"{where}.args.{name}")
+        kwargs[name] = make_standin(value, path=path, field=cell.field_of("args", name))
     for name, value in list(kwargs.items()):
         if isinstance(value, DerivedInt):
-            kwargs[name] = resolve_derived(value, kwargs, path=path, field=f"{where}.args.{name}")
+            kwargs[name] = resolve_derived(value, kwargs, path=path, field=cell.field_of("args", name))
     for name, value in cell.constexprs.items():
         param = params.get(name)
         if param is None:
-            raise _unknown_param(name, params, path, f"{where}.constexprs.{name}")
+            raise _unknown_param(name, params, path, cell.field_of("constexprs", name))
         if not param.is_constexpr:
             raise BindError(f"{name!r} is a runtime parameter, not a tl.constexpr", path=path,
-                            field=f"{where}.constexprs.{name}", fix="move it under `args`")
-        kwargs[name] = constexpr_value(value, path=path, field=f"{where}.constexprs.{name}")
+                            field=cell.field_of("constexprs", name), fix="move it under `args`")
+        kwargs[name] = constexpr_value(value, path=path, field=cell.field_of("constexprs", name))
     options = dict(cell.options)
     config_name = ""
     if wrappers or cell.config is not None or cell.heuristics:
@@ -92,7 +92,7 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
                         field=f"{where}.{section}", fix=f"add {section}: {{{missing[0]}: ...}}")
     try:
         bound = bind_values(fn, cell.target.gpu_target(), kwargs, options, path=path, where=where,
-                            target_name=cell.target.name)
+                            target_name=cell.target.name, option_field=lambda name: cell.field_of("options", name))
     except BindError as exc:
         if not config_name:
             raise
@@ -103,8 +103,10 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
 
 
 def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, Any], *, path: str = "",
-                where: str = "case", target_name: str = "") -> BoundCell:
-    """Triton's runtime binder on argument values (stand-ins or real tensors), as `JITFunction.run` calls it."""
+                where: str = "case", target_name: str = "", option_field=None) -> BoundCell:
+    """Triton's runtime binder on argument values (stand-ins or real tensors), as `JITFunction.run` calls it.
+    `option_field(name)`: where an option is written (the layer that set it), `{where}.options.NAME` without."""
+    option_field = option_field or (lambda name: f"{where}.options.{name}")
     from triton.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature
 
@@ -116,9 +118,9 @@ def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, An
             near = difflib.get_close_matches(name, sorted(option_fields), n=1)
             fix = f"did you mean {near[0]!r}?" if near else "see the backend's options"
             raise BindError(f"unknown launch option {name!r} for {target_name or target.backend}", path=path,
-                            field=f"{where}.options.{name}", fix=fix)
+                            field=option_field(name), fix=fix)
         if name in params:
-            raise BindError(f"option {name!r} shadows a kernel parameter", path=path, field=f"{where}.options.{name}")
+            raise BindError(f"option {name!r} shadows a kernel parameter", path=path, field=option_field(name))
     launch_kwargs = {**kwargs, **launch_options, **_run_options(fn, launch_options, option_fields)}
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     try:
@@ -129,7 +131,7 @@ def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, An
         raise BindError(f"Triton's binder refused the case: {type(exc).__name__}: {exc}", path=path,
                         field=where) from None
     for name, wanted in launch_options.items():
-        _refuse_unhonoured(options, name, wanted, path=path, field=f"{where}.options.{name}")
+        _refuse_unhonoured(options, name, wanted, path=path, field=option_field(name))
     return BoundCell(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs, options=options, target=target)
 
 

@@ -15,7 +15,7 @@ from xisa.analyze.model import Analysis
 from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell
 from xisa.compile.loader import load_kernel_function
-from xisa.compile.ptxas import canonical_ptxas
+from xisa.compile.ptxas import canonical_ptxas, ptx_file_paths
 from xisa.compile.reads import compiling
 from xisa.compile.standins import plain
 from xisa.compile.disassemble import kept_stages, machine_code
@@ -46,8 +46,9 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
             bound = bind_cell(cell, fn)
             result.binding = bound.signature_record()
             result.options = bound.options_record()
-            compiled = _triton_compile(bound, cell.target, roots)
-        result.analysis = analyze_compiled(cell, compiled, bound.options, roots=roots)
+            sources = SourceFiles(roots, cell.kernel.pythonpath)   # ptxas's file names, then the table's
+            compiled = _triton_compile(bound, cell, sources)
+        result.analysis = analyze_compiled(cell, compiled, bound.options, sources=sources)
         result.status = "ok"
         if keep_stages:   # for `--emit`: every stage, the assembly as Triton spells it
             result.stages = kept_stages(cell.target.handler, compiled)
@@ -63,20 +64,20 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
     return result
 
 
-def _triton_compile(bound, target, roots):
+def _triton_compile(bound, cell: Cell, sources: SourceFiles):
     import triton
     from triton.compiler import ASTSource
 
     source = ASTSource(bound.fn, bound.signature, bound.constexprs, bound.attrs)
-    if not target.handler.canonical_tool_inputs:
+    if not cell.target.handler.canonical_tool_inputs:
         return triton.compile(source, target=bound.target, options=vars(bound.options))
-    with canonical_ptxas(SourceFiles(roots).path_of):
+    with canonical_ptxas(sources.path_of):
         return triton.compile(source, target=bound.target, options=vars(bound.options))
 
 
-def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -> Analysis:
+def analyze_compiled(cell: Cell, compiled, options, *, sources: SourceFiles | None = None) -> Analysis:
     """The cell's analysis, its stage fingerprints, its source-line table and each instruction's source location
-    (paths made relative, `SourceFiles`: `roots` are the project's kernel roots)."""
+    (paths made relative by `sources`, the one that named ptxas's files: it knows what those names stand for)."""
     target = cell.target
     handler = target.handler
     assembly, binary, binary_facts = machine_code(handler, compiled)
@@ -86,7 +87,9 @@ def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -
     analysis.metadata = launch_metadata(compiled.metadata, options)
     analysis.stages = stage_fingerprints(handler, compiled.asm, analysis,
                                          kernel=getattr(compiled.metadata, "name", None))
-    sources = SourceFiles(roots)
+    sources = sources or SourceFiles((), cell.kernel.pythonpath)
+    for path in ptx_file_paths((getattr(compiled, "asm", None) or {}).get("ptx") or ""):
+        sources.path_of(path)   # what the SASS's relative names stand for, also where Triton's cache ran no ptxas
     analysis.lines = lines.resolve(analysis.lines, path_of=sources.path_of, text_of=sources.text_of)
     analysis.locs = [sources.location(loc) for loc in analysis.locs]
     return analysis
@@ -119,47 +122,99 @@ class SourceFiles:
     """Where the line information's absolute paths are shown from, and the text of their lines.
 
     A file of an installed package (under a site-packages folder, a virtual environment inside the checkout
-    included) is shown relative to that folder (`triton/language/standard.py`, `liger_kernel/ops/softmax.py`),
-    a project file relative to the project root (the shortest kernel root holding it), one elsewhere on
-    `sys.path` relative to that folder, anything else by its name: never an absolute path, so moving the
-    checkout or the virtual environment, or another Python version, changes no table."""
+    included) is shown relative to that folder (`triton/language/standard.py`, `liger_kernel/ops/softmax.py`,
+    a namespace package's `nvidia/cu13/...` whole). A file inside a package anywhere else is shown from the
+    folder holding its top package, the highest folder with an `__init__.py` (`fla/ops/gla.py` whether fla sits
+    in site-packages, `vendor/` or `src/`), or from the `[tool.xisa] pythonpath` folder above it when only
+    namespace package folders (no `__init__.py`) lie between; the walk up stops at the project's edge, so the
+    checkout's own folder name never shows. Any other project file is shown relative to the project root (the
+    shortest kernel root holding it), one elsewhere on `sys.path` relative to that folder, anything else by its
+    name: never an absolute path, so moving the checkout, the virtual environment or a package between
+    site-packages, `vendor/` and a src layout, or another Python version, changes no table.
 
-    def __init__(self, roots):
+    These names are also what ptxas reads as the PTX's file names (`xisa.compile.ptxas`): a move changes none of
+    its input."""
+
+    def __init__(self, roots, pythonpath=()):
         self.roots = sorted((Path(r) for r in roots), key=lambda r: len(r.parts))
+        self.pythonpath = [Path(p) for p in pythonpath]
         entries = [Path(p) for p in sys.path if p and os.path.isabs(p)]
-        packages = {p for p in entries if p.name in ("site-packages", "dist-packages")}
-        self.folders = [*sorted(packages, key=lambda p: -len(p.parts)), *self.roots,
-                        *sorted(entries, key=lambda p: -len(p.parts))]
+        self.site_folders = sorted({p for p in entries if p.name in ("site-packages", "dist-packages")},
+                                   key=lambda p: -len(p.parts))
+        self.folders = [*self.roots, *sorted(entries, key=lambda p: -len(p.parts))]
         self.texts: dict[str, list[str]] = {}
         self.shown: dict[str, str] = {}
+        self.origins: dict[str, str] = {}    # a name given -> the absolute path it stands for
 
     def path_of(self, path: str) -> str:
         if path not in self.shown:   # asked once per instruction (`location`): each path is worked out once
             self.shown[path] = self._path_of(path)
+            self.origins.setdefault(self.shown[path], path)
         return self.shown[path]
 
     def _path_of(self, path: str) -> str:
         file = Path(path)
         if not file.is_absolute():
             return file.as_posix()
+        for folder in self.site_folders:
+            if file.is_relative_to(folder):
+                return file.relative_to(folder).as_posix()
+        holder = self._package_holder(file)
+        if holder is not None:
+            return file.relative_to(holder).as_posix()
         for folder in self.folders:
             if file.is_relative_to(folder):
                 return file.relative_to(folder).as_posix()
         return file.name
+
+    def _package_holder(self, file: Path) -> Path | None:
+        """The folder a file inside a package is named from (the class docstring), or None for a file in a plain
+        folder. `file` may be a folder (DWARF's compile directory)."""
+        folder = file if file.is_dir() else file.parent
+        edge = next((root for root in self.roots if folder.is_relative_to(root)), None)
+        if folder == edge or not _is_package(folder):
+            return None
+        while folder.parent != edge and _is_package(folder.parent):
+            folder = folder.parent
+        holder = folder.parent
+        for entry in sorted(self.pythonpath, key=lambda p: -len(p.parts)):   # namespace folders between
+            between = holder.relative_to(entry).parts if holder.is_relative_to(entry) else None
+            if between is not None and all(part.isidentifier() for part in between) and not any(
+                    _is_package(entry.joinpath(*between[:depth])) for depth in range(1, len(between) + 1)):
+                return entry
+        return holder
 
     def location(self, loc: str) -> str:
         """`FILE:LINE` as the compiler wrote it, FILE shown as `path_of` shows it ("" stays "")."""
         path, line = lines.split_loc(loc)
         return f"{self.path_of(path)}:{line}" if path != lines.NO_LINE else ""
 
+    def file_of(self, path: str) -> Path:
+        """The file a compiler path stands for. ptxas read the names `path_of` gave (the SASS's line information
+        holds them, the folder and the file name joined): each is found through what it was named from, else
+        in a kernel root, a pythonpath folder or a site-packages folder."""
+        if os.path.isabs(path):
+            return Path(path)
+        parts = Path(path).parts
+        for depth in range(len(parts), 0, -1):
+            origin = self.origins.get(Path(*parts[:depth]).as_posix())
+            if origin is not None:
+                return Path(origin, *parts[depth:])
+        return next((folder / path for folder in (*self.roots, *self.pythonpath, *self.site_folders)
+                     if (folder / path).is_file()), Path(path))
+
     def text_of(self, path: str, line: int) -> str:
         if path not in self.texts:
             try:
-                self.texts[path] = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+                self.texts[path] = self.file_of(path).read_text(encoding="utf-8", errors="replace").splitlines()
             except OSError:
                 self.texts[path] = []
         source = self.texts[path]
         return source[line - 1].strip() if 0 < line <= len(source) else ""
+
+
+def _is_package(folder: Path) -> bool:
+    return folder.name.isidentifier() and (folder / "__init__.py").is_file()
 
 
 def _triton_message(exc: Exception) -> str:

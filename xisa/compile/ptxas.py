@@ -69,6 +69,11 @@ _REFERENCE_FORMS = {"DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref
                     "DW_FORM_ref_addr"}
 
 
+def ptx_file_paths(ptx: str) -> list[str]:
+    """The absolute paths of the PTX's `.file` directives as Triton wrote them (folders and files)."""
+    return [m.group(1) for line in _PTX_FILE_LINE.finditer(ptx) for m in _QUOTED_ABSOLUTE.finditer(line.group(0))]
+
+
 def relative_ptx(ptx: str, path_of) -> str:
     """`ptx` with every absolute path of its `.file` directives and its DWARF compile unit's `DW_AT_comp_dir` as
     `path_of` shows it, and no comments in its `.debug_info` (they give offsets that follow the path's length)."""

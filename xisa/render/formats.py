@@ -55,13 +55,19 @@ def error_block(prefix: str, message: str, *, max_lines: int = TEXT_ERROR_LINES)
 
 def cells_phrase(ids: list[str]) -> str:
     """Cell ids (`kernel:case@target`) as one phrase: the id itself when one, else each kernel:case once with
-    its targets: `k:c on 13 targets (gfx1100, gfx1151, ...)`, `a:x@gfx942; b:y on 2 targets (gfx90a, gfx942)`."""
+    its targets, and cases on the same targets together: `k:c on 13 targets (gfx1100, gfx1151, ...)`,
+    `a:x@gfx942; b:y on 2 targets (gfx90a, gfx942)`, `k:big, k:small on 13 targets (...)`."""
     by_case: dict[str, list[str]] = {}
     for cell_id in ids:
         head, _, target = cell_id.rpartition("@")
         by_case.setdefault(head, []).append(target)
-    parts = [f"{head}@{targets[0]}" if len(targets) == 1
-             else f"{head} on {len(targets)} targets ({', '.join(targets)})" for head, targets in by_case.items()]
+    by_targets: dict[tuple[str, ...], list[str]] = {}
+    for head, targets in by_case.items():
+        by_targets.setdefault(tuple(targets), []).append(head)
+    parts = [f"{heads[0]}@{targets[0]}" if len(targets) == 1 and len(heads) == 1
+             else f"{', '.join(heads)} on {targets[0]}" if len(targets) == 1
+             else f"{', '.join(heads)} on {len(targets)} targets ({', '.join(targets)})"
+             for targets, heads in by_targets.items()]
     return "; ".join(parts)
 
 

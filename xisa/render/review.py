@@ -44,19 +44,21 @@ def verdict_label(v) -> str:
 
 
 def summary_line(report) -> str:
-    """Each target once: `gfx1100: 1 changed, 14 byte-identical; byte-identical: gfx1200, gfx942 (30 cells)`."""
+    """Each target once: `gfx1100: 1 changed, 14 byte-identical; byte-identical: gfx1200, gfx942 (30 cells)`;
+    targets with the same counts once together (`gfx1100, sm_90: 2 error each`: one spec error on 13 targets
+    is one part, not 13)."""
     per_target: dict[str, dict[str, int]] = {}
     for v in report.verdicts:
         counts = per_target.setdefault(v.target, {})
         counts[v.verdict] = counts.get(v.verdict, 0) + 1
-    parts = []
+    alike: dict[str, list[str]] = {}
     for target in sorted(per_target):
         counts = per_target[target]
-        if set(counts) == {"same"}:
-            continue
-        parts.append(f"{target}: " + ", ".join(
-            f"{counts[verdict]} {'byte-identical' if verdict == 'same' else verdict}"
-            for verdict in Verdict if counts.get(verdict)))
+        if set(counts) != {"same"}:
+            alike.setdefault(", ".join(f"{counts[verdict]} {'byte-identical' if verdict == 'same' else verdict}"
+                                       for verdict in Verdict if counts.get(verdict)), []).append(target)
+    parts = [f"{', '.join(targets)}: {counts}" + (" each" if len(targets) > 1 else "")
+             for counts, targets in alike.items()]
     identical = sorted(t for t, counts in per_target.items() if set(counts) == {"same"})
     if identical:
         total = sum(per_target[t]["same"] for t in identical)

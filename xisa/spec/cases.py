@@ -57,6 +57,10 @@ class CaseSpec:
     layers: tuple[dict, ...]    # defaults, case, matrix patches: merged in this order
     overrides: tuple[tuple[str, dict], ...]
     target_patterns: tuple[str, ...]
+    # Where each layer and override is written (`defaults`, `cases[0] (c)`, `defaults.overrides.gfx11*`): an
+    # error about a value names the layer that set it, so one bad value in `defaults:` is one message for all cases.
+    layer_fields: tuple[str, ...] = ()
+    override_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,12 @@ class Cell:
     # What the kernel's @triton.heuristics gave at a captured launch: compiling the case computes them again,
     # and another value is an error (the stand-ins are not the launch's arguments).
     heuristics: dict[str, Any] = field(default_factory=dict)
+    # `args.x` -> the field of the layer whose value the cell has (`defaults`): what an error about it names
+    value_fields: dict[str, str] = field(default_factory=dict)
+
+    def field_of(self, section: str, name: str) -> str:
+        """`defaults.args.x` or `cases[0] (c).args.x`: where the value the cell has for `section.name` is written."""
+        return f"{self.value_fields.get(f'{section}.{name}', self.field_path or 'case')}.{section}.{name}"
 
     @property
     def key(self) -> CellKey:
@@ -184,6 +194,7 @@ def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: Con
     file_targets = _patterns(data["targets"], shown, "targets") if "targets" in data else ("*",)
     defaults = _check_layer(data.get("defaults"), shown, "defaults", _DEFAULT_KEYS)
     default_overrides = _overrides(defaults.pop("overrides", None), shown, "defaults.overrides") if defaults else ()
+    default_override_fields = tuple(f"defaults.overrides.{pattern}" for pattern, _ in default_overrides)
     unread = KernelSpec(name=kernel_name, spec_path=shown, spec_file=spec_file.resolve(), source_file=source_file,
                         module=module, function=function, cases=())
     config_count: list[int] = []   # read once, when a case first asks for `config: all`
@@ -199,7 +210,9 @@ def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: Con
         base = check_name("case", raw.get("name"), CASE_NAME, path=shown, field=f"{fieldname}.name")
         fieldname = f"cases[{index}] ({base})"
         layer = _check_layer({k: v for k, v in raw.items() if k in _LAYER_KEYS}, shown, fieldname)
-        overrides = default_overrides + _overrides(raw.get("overrides"), shown, f"{fieldname}.overrides")
+        own_overrides = _overrides(raw.get("overrides"), shown, f"{fieldname}.overrides")
+        overrides = default_overrides + own_overrides
+        override_fields = default_override_fields + tuple(f"{fieldname}.overrides.{p}" for p, _ in own_overrides)
         expansion = _expand_matrix(raw.get("matrix"), shown, f"{fieldname}.matrix",
                                    budget=MAX_CASES_PER_SPEC - len(cases))
         for suffix, layers in _expand_configs(
@@ -216,7 +229,8 @@ def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: Con
                     targets = _patterns(piece["targets"], shown, f"{fieldname}.targets")
             cases.append(CaseSpec(kernel=kernel_name, name=name, field_path=fieldname,
                                   layers=tuple(copy.deepcopy(list(layers))), overrides=overrides,
-                                  target_patterns=targets))
+                                  target_patterns=targets, override_fields=override_fields,
+                                  layer_fields=("defaults", fieldname, *[f"{fieldname}.matrix"] * (len(layers) - 2))))
     return dataclasses.replace(unread, cases=tuple(cases))
 
 
@@ -324,13 +338,27 @@ def case_targets(case: CaseSpec, targets: list[Target]) -> list[Target]:
     return [t for t in targets if any(fnmatch.fnmatchcase(t.name, p) for p in case.target_patterns)]
 
 
+def _value_fields(case: CaseSpec, target_name: str) -> dict[str, str]:
+    """`args.x` -> the field of the last layer (on that target) that sets it."""
+    named = list(zip(case.layers, case.layer_fields or [case.field_path] * len(case.layers)))
+    named += [(layer, where) for (pattern, layer), where in
+              zip(case.overrides, case.override_fields or [case.field_path] * len(case.overrides))
+              if fnmatch.fnmatchcase(target_name, pattern)]
+    fields = {}
+    for layer, where in named:
+        for section in ("args", "constexprs", "options"):
+            fields.update((f"{section}.{name}", where) for name in layer.get(section) or {})
+    return fields
+
+
 def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
     merged = _merge(_layers_for(case, target.name))
     check_expectations_for_target(merged["expect"], target.name, target.backend,
                                   path=spec.spec_path, field=case.field_path)
     return Cell(kernel=spec, case=case.name, target=target, args=merged["args"], constexprs=merged["constexprs"],
                 options=merged["options"], expect=merged["expect"], field_path=case.field_path,
-                runtime=merged["runtime"], config=merged["config"], heuristics=merged["heuristics"])
+                runtime=merged["runtime"], config=merged["config"], heuristics=merged["heuristics"],
+                value_fields=_value_fields(case, target.name))
 
 
 def build_cells(specs: list[KernelSpec], targets: list[Target], *, kernel_filters: list[str] | None = None) -> list[Cell]:

@@ -24,7 +24,7 @@ def _git(args: list[str], cwd: Path, *, binary: bool = False):
     if proc.returncode != 0:
         message = proc.stderr.decode(errors="replace").strip().splitlines()
         raise UsageError(f"git {' '.join(args[:2])} failed: {message[-1] if message else proc.returncode}",
-                         field="--base", fix="pass a revision that exists, e.g. --base origin/main")
+                         field="--base", fix="pass a revision that exists here (`git branch -a` lists the branches)")
     return proc.stdout if binary else proc.stdout.decode()
 
 
@@ -39,15 +39,33 @@ def repo_root(path: Path) -> Path:
 def resolve(rev: str, cwd: Path) -> str:
     """The commit `rev` names, or one line naming it (exit 2): called before anything compiles."""
     if not rev.strip() or rev.startswith("-"):
-        raise UsageError(f"{rev!r} is not a git revision", field="--base", fix="e.g. --base origin/main")
+        raise UsageError(f"{rev!r} is not a git revision", field="--base", fix=_revision_fix(rev, repo_root(cwd)))
     root = repo_root(cwd)
     proc = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
                           cwd=root, capture_output=True, check=False)
     if proc.returncode != 0:
-        raise UsageError(f"unknown revision {rev!r} in {root}", field="--base",
-                         fix="name a branch, tag or commit that exists here, e.g. --base origin/main "
-                             "(in CI, fetch the base: actions/checkout with fetch-depth: 0)")
+        raise UsageError(f"unknown revision {rev!r} in {root}", field="--base", fix=_revision_fix(rev, root))
     return proc.stdout.decode().strip()
+
+
+def _revision_fix(rev: str, root: Path) -> str:
+    """What to pass instead of `rev`, which names nothing here: the branches that exist (never `rev` itself), and
+    the fetch that brings `rev` where it names a branch of a remote this repository has."""
+    def lines(*args: str) -> list[str]:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+        return done.stdout.split() if done.returncode == 0 else []
+
+    branches = [name for name in lines("for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/remotes")
+                if name != rev and not name.endswith("/HEAD")]
+    example = next((name for name in branches if name.rpartition("/")[2] in ("main", "master")),
+                   branches[0] if branches else "HEAD~1")
+    shown = ", ".join(branches[:6]) + (f" and {len(branches) - 6} more" if len(branches) > 6 else "")
+    fix = f"name a branch, tag or commit that exists here, e.g. --base {example}"
+    fix += f" (branches here: {shown})" if branches else " (this repository has no branches yet)"
+    remote, slash, branch = rev.partition("/")
+    if slash and branch and remote in lines("remote"):
+        fix += f", or fetch it first: git fetch {remote} {branch}"
+    return fix + "; in CI, fetch the base: actions/checkout with fetch-depth: 0"
 
 
 def file_at(commit: str, root: Path, relative: PurePosixPath) -> str | None:
