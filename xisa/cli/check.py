@@ -19,6 +19,7 @@ from xisa.render.progress import progress_reporter
 from xisa.render.formats import cells_phrase, error_block, grouped_by_message
 from xisa.render.review import render_check_text
 from xisa.render.reports import render_report
+from xisa.cli.shards import TimingsOption
 
 
 class Format(str, Enum):
@@ -62,13 +63,17 @@ def check(
     arch: ArchOption = None, kernel: KernelOption = None, spec: SpecOption = None, scope: ScopeOption = None,
     base: BaseOption = None, compile_base: CompileBaseOption = False,
     fmt: FormatOption = Format.text, output: OutputOption = None, count: CountOption = None,
-    shard: ShardOption = None, jobs: JobsOption = 0, timeout: TimeoutOption = 600.0, no_cache: NoCacheOption = False,
-    quiet: QuietOption = False,
+    shard: ShardOption = None, timings: TimingsOption = None, jobs: JobsOption = 0, timeout: TimeoutOption = 600.0,
+    no_cache: NoCacheOption = False, quiet: QuietOption = False,
     golden: Annotated[Optional[Path], typer.Option("--golden", help="Golden folder (default: golden/).")] = None,
 ) -> None:
     """CI gate: every cell against its golden (or, with --base, against a base revision). Exit 0 all well,
     1 regression, 2 untrustworthy."""
-    selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope, shard=shard)
+    selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope, shard=shard,
+                              timings=timings)
+    if shard is not None and timings is None and base is None:
+        stderr().print("xisa: note: shards split by cell hash, balanced by count only (--timings FILE splits them by "
+                       "recorded seconds)", markup=False, highlight=False)
     outcome = api.check(selection, base=base, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),
                         progress=progress_reporter)
     title = "xisa check" if base is None else f"xisa: ISA against `{base}`"
