@@ -74,7 +74,10 @@ def test_each_check_report_names_its_selection(shards):
     assert len(selection["golden_sha256"]) == 64
     assert selection["xisa_version"] == xisa.__version__
     assert selection["cells"] == sorted(f"{c['kernel']}:{c['case']}@{c['target']}" for c in whole["cells"])
-    assert s1["selection"] == selection and s1["shard"] == [1, 2]       # a shard names the whole selection
+    # A shard names the whole selection, and how it was split (by hash: no --timings).
+    assert selection["shard_plan"] is None
+    assert {**s1["selection"], "shard_plan": None} == selection and s1["shard"] == [1, 2]
+    assert s1["selection"]["shard_plan"] == {"method": "hash", "count": 2, "weights_ms": None}
     assert shards["gfx1100"]["selection"]["arguments"]["arch"] == ["gfx1100"]
 
 

@@ -114,6 +114,6 @@ def merge_reports(paths: list[Path]) -> dict[str, Any]:
                    key=lambda pair: (pair[0].target, pair[0].kernel, pair[0].case))
     report = CheckReport(verdicts=[v for v, _ in order], toolchain=first["toolchain"], golden_toolchains={},
                          scopes=first["scopes"], problems=sorted({p for s in shards for p in s.data["problems"]}),
-                         selection=first["selection"])
+                         selection={**first["selection"], "shard_plan": None})   # whole again: as unsharded
     # The shards' own cell objects, each already read strictly; the summary recomputed from their verdicts.
     return {**check_payload(report, cells=[c for _, c in order]), "schema": first["schema"]}
