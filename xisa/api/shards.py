@@ -16,8 +16,13 @@ MAX_SHARDS = 256   # GitHub Actions runs at most 256 jobs of one matrix
 @dataclass(frozen=True)
 class ShardLoad:
     index: int          # 1-based, as --shard names it
-    cells: int
+    cell_ids: list[str]
     seconds: float      # the recorded compile seconds of its cells (core-seconds)
+    largest: float      # its slowest cell's: no number of cores finishes the shard sooner
+
+    @property
+    def cells(self) -> int:
+        return len(self.cell_ids)
 
 
 @dataclass(frozen=True)
@@ -53,13 +58,15 @@ class ShardsOutcome:
 
     @property
     def slowest_wall_seconds(self) -> float:
-        """The slowest shard's compile seconds spread over a runner's cores: its cold check's wall, ideally."""
-        return self.slowest_seconds / self.cores
+        """The longest a shard's cold check takes on a runner's cores, ideally: its compile seconds spread over
+        them, or its slowest cell, whichever is longer."""
+        return max(max(load.seconds / self.cores, load.largest) for load in self.loads)
 
 
 def _loads(plan: ShardPlan, weights: dict[str, int]) -> list[ShardLoad]:
     members = plan.loads(list(weights))
-    return [ShardLoad(index=i + 1, cells=len(ids), seconds=sum(weights[c] for c in ids) / 1000)
+    return [ShardLoad(index=i + 1, cell_ids=ids, seconds=sum(weights[c] for c in ids) / 1000,
+                      largest=max((weights[c] for c in ids), default=0) / 1000)
             for i, ids in enumerate(members)]
 
 
@@ -91,11 +98,11 @@ def plan_shards(selection: Selection, *, count: int | None = None, max_wall_seco
     if count is not None:
         return outcome(count)
     fewest = max(1, math.ceil(sum(weights.values()) / 1000 / cores / max_wall_seconds))   # no split does better
-    for n in range(fewest, min(MAX_SHARDS, len(ids)) + 1):
+    slowest = max(weights.values()) / 1000
+    for n in range(fewest, min(MAX_SHARDS, len(ids)) + 1) if slowest <= max_wall_seconds else ():
         found = outcome(n)
         if found.slowest_wall_seconds <= max_wall_seconds:   # type: ignore[operator]
             return found
-    slowest = max(weights.values()) / 1000
     raise UsageError(f"no split of up to {min(MAX_SHARDS, len(ids))} shards keeps each under {max_wall_seconds:g} s "
                      f"on {cores} cores (the slowest cell alone records {slowest:g} s)", field="--max-seconds",
                      fix="allow more seconds or more cores per runner")

@@ -25,7 +25,7 @@ from xisa.cli.device import device
 from xisa.cli.doctor import doctor
 from xisa.cli.inspect import cache_clear, kernels, targets
 from xisa.cli.report import report
-from xisa.cli.shards import shards
+from xisa.cli.ci import cache_key, shards
 from xisa.compile.runner import TORCH_WITHOUT_NUMPY
 from xisa.errors import XisaError, interrupted
 
@@ -42,6 +42,7 @@ for name, command in (("check", check), ("bless", bless), ("diff", diff), ("merg
     app.command(name)(command)
 app.command("ab-side", hidden=True)(ab_side)   # the half of `xisa ab` that runs in a side's own Python
 cache_app.command("clear")(cache_clear)
+cache_app.command("key")(cache_key)
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

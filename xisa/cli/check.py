@@ -20,7 +20,7 @@ from xisa.render.formats import cells_phrase, error_block, grouped_by_message
 from xisa.render.review import render_check_text
 from xisa.render.comment import MARKDOWN_MAX_CHARS, MIN_CHARS
 from xisa.render.reports import render_report
-from xisa.cli.shards import TimingsOption
+from xisa.cli.ci import TimingsOption
 
 
 class Format(str, Enum):

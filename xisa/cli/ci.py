@@ -1,4 +1,5 @@
-"""`xisa shards`: the split `xisa check --shard I/N --timings FILE` makes, and the shard count a CI matrix needs."""
+"""What a CI workflow sizes and keys itself by: `xisa shards` (the split `xisa check --shard I/N --timings FILE`
+makes, and the shard count a matrix needs) and `xisa cache key` (a digest of the configured specs and sources)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def shards_payload(outcome: ShardsOutcome) -> dict:
             "mean_seconds": round(outcome.mean_seconds, 3), "slowest_over_mean": round(outcome.slowest_over_mean, 4),
             "slowest_wall_seconds": round(outcome.slowest_wall_seconds, 3),
             "matrix": list(range(1, outcome.count + 1)),
-            "shards": [{"index": s.index, "cells": s.cells, "seconds": round(s.seconds, 3)} for s in outcome.loads]}
+            "shards": [{"index": s.index, "cells": s.cells, "seconds": round(s.seconds, 3), "cell_ids": s.cell_ids}
+                       for s in outcome.loads]}
 
 
 def shards(
@@ -57,3 +59,18 @@ def shards(
     out.print(f"slowest shard {outcome.slowest_seconds:.1f} s, mean {outcome.mean_seconds:.1f} s: slowest/mean "
               f"{outcome.slowest_over_mean:.3f}; on {outcome.cores} core(s) the slowest takes "
               f"{outcome.slowest_wall_seconds:.1f} s", markup=False)
+
+
+def cache_key(
+    spec: SpecOption = None,
+    show: Annotated[bool, typer.Option("--list", help="Also print what went into it: each file's SHA-256, the versions.")] = False,
+) -> None:
+    """A digest of the project's configured specs, sources, target files, pyproject.toml and toolchain versions,
+    for a CI cache key (it never decides a verdict: every cached result is checked on its own)."""
+    from xisa.api.cache_key import cache_key as project_cache_key
+
+    digest, lines = project_cache_key(api.Selection(spec=spec).workspace())
+    out = stdout()
+    for line in lines if show else ():
+        out.print(line, markup=False, highlight=False)
+    out.print(digest, markup=False, highlight=False)
