@@ -77,11 +77,11 @@ def check(
     1 regression, 2 untrustworthy."""
     selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope, shard=shard,
                               timings=timings)
-    if shard is not None and timings is None and base is None:
-        stderr().print("xisa: note: shards split by cell hash, balanced by count only (--timings FILE splits them by "
-                       "recorded seconds)", markup=False, highlight=False)
     outcome = api.check(selection, base=base, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),
                         progress=progress_reporter)
+    if shard is not None and timings is None:
+        stderr().print("xisa: note: shards split by cell hash, balanced by count only (--timings FILE splits them by "
+                       "recorded seconds)", markup=False, highlight=False)
     title = "xisa check" if base is None else f"xisa: ISA against `{base}`"
     emit_report(outcome.report, fmt, output, counts=count or [], title=title, quiet=quiet, accept=outcome.accept,
                 max_chars=max_chars)
