@@ -109,7 +109,8 @@ def generated_project(folder: Path, cells: int) -> int:
 
 
 class MemorySampler(threading.Thread):
-    """Peak resident memory (VmHWM) of a process and of each process below it, read from /proc."""
+    """Peak resident memory (VmHWM) of a process and of each of its children (xisa's workers; the tools they run,
+    ptxas and nvdisasm, are not counted), read from /proc."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
@@ -124,12 +125,7 @@ class MemorySampler(threading.Thread):
 
     def run(self) -> None:
         while not self.done.is_set():
-            frontier, seen = [self.pid], []
-            while frontier:
-                pid = frontier.pop()
-                seen.append(pid)
-                frontier += self._children(pid)
-            for pid in seen:
+            for pid in [self.pid, *self._children(self.pid)]:
                 try:
                     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                         if line.startswith("VmHWM:"):
@@ -159,14 +155,24 @@ def xisa(args: list[str], project: Path, env: dict[str, str], *, sample: bool = 
 
 
 def shard_table(project: Path, env: dict[str, str], timings: Path, counts: list[int]) -> None:
-    print(f"{'shards':>7}{'by timings: slowest/mean':>27}{'by cell hash: slowest/mean':>29}")
+    """`xisa shards N --timings` (its printed slowest/mean) against the cell-hash split weighed by the same timings."""
+    sys.path.insert(0, str(REPO))
+    from xisa.spec.shard import cell_weights, shard_of
+
+    recorded = json.loads(timings.read_text())
+    weights = cell_weights(sorted(recorded), recorded)
+    print(f"{'shards':>7}{'by timings: slowest/mean':>30}{'by cell hash: slowest/mean':>30}")
     for count in counts:
-        row = []
-        for extra in (["--timings", str(timings)], []):
-            _, proc, _ = xisa(["shards", str(count), *extra, "--format", "json"], project, env)
-            plan = json.loads(proc.stdout)
-            row.append(f"{plan['slowest_over_mean']:.3f} ({plan['slowest_seconds']:.1f} s / {plan['mean_seconds']:.1f} s)")
-        print(f"{count:>7}{row[0]:>27}{row[1]:>29}")
+        _, proc, _ = xisa(["shards", str(count), "--timings", str(timings), "--format", "json"], project, env)
+        plan = json.loads(proc.stdout)
+        if plan["cells"] != len(recorded):
+            sys.exit(f"xisa shards planned {plan['cells']} cells, {len(recorded)} recorded")
+        hashed = [0] * count
+        for cid, weight in weights.items():
+            hashed[shard_of(cid, count)] += weight / 1000
+        mean = sum(hashed) / count
+        print(f"{count:>7}{plan['slowest_over_mean']:>12.3f} ({plan['slowest_seconds']:.1f} s / {plan['mean_seconds']:.1f} s)"
+              f"{max(hashed) / mean:>12.3f} ({max(hashed):.1f} s / {mean:.1f} s)", flush=True)
 
 
 def sharded_run(project: Path, env: dict[str, str], timings: Path, count: int, scratch: Path, jobs: int) -> None:
