@@ -15,8 +15,8 @@ Printed: the cell count; the cold `xisa bless` (empty cache, no recorded timings
 of the per-cell compile seconds the check recorded divided by the cores; the warm `xisa check` (median of 3)
 against the cold check; the peak resident memory of each worker and of the parent process (read from
 /proc while the cold check runs); then the shard plans `xisa shards` makes from the recorded timings
-(slowest shard over the mean, against the cell-hash split), a real sharded check (each shard run cold, in
-turn, its wall seconds and its recorded compile seconds), and how many runners of --runner-cores cores
+(slowest shard over the mean, against the cell-hash split), a real sharded check (every shard cold at once,
+each with cores/N workers: its wall seconds and its recorded compile seconds; then `xisa merge`), and how many runners of --runner-cores cores
 keep a check of this family's --ci-cells cells under --budget-s wall.
 """
 
@@ -175,28 +175,37 @@ def shard_table(project: Path, env: dict[str, str], timings: Path, counts: list[
               f"{max(hashed) / mean:>12.3f} ({max(hashed):.1f} s / {mean:.1f} s)", flush=True)
 
 
-def sharded_run(project: Path, env: dict[str, str], timings: Path, count: int, scratch: Path, jobs: int) -> None:
-    """Each shard cold (`--no-cache`), in turn, with `jobs` workers; then `xisa merge` of their reports."""
-    reports, walls, recorded = [], [], []
-    for index in range(1, count + 1):
-        report = scratch / f"shard-{index}.json"
-        shard_env = {**env, "XISA_CACHE_DIR": str(scratch / f"shard-cache-{index}")}
-        Path(shard_env["XISA_CACHE_DIR"]).mkdir(mode=0o700)
-        wall, _, _ = xisa(["check", "--no-cache", "--quiet", "--jobs", str(jobs), "--shard", f"{index}/{count}",
-                           "--timings", str(timings), "--format", "json", "-o", str(report)], project, shard_env)
-        seconds = json.loads((Path(shard_env["XISA_CACHE_DIR"]) / "timings.json").read_text())
-        reports.append(str(report))
-        walls.append(wall)
-        recorded.append(sum(seconds.values()))
+def sharded_run(project: Path, env: dict[str, str], timings: Path, count: int, scratch: Path, cores: int) -> None:
+    """All shards at once (as a CI matrix runs them, so that the machine's other load falls on each alike), each
+    cold (`--no-cache`, a cache of its own) with cores/count workers; then `xisa merge` of their reports."""
+    jobs = max(1, cores // count)
+    plan = scratch / "plan-timings.json"            # the one file every shard splits by, as the workflow's artifact
+    shutil.copy(timings, plan)
+    reports = [scratch / f"shard-{index}.json" for index in range(1, count + 1)]
+    walls: list[float] = [0.0] * count
+    caches = [scratch / f"shard-cache-{index}" for index in range(1, count + 1)]
+
+    def one(index: int) -> None:
+        caches[index].mkdir(mode=0o700)
+        walls[index] = xisa(["check", "--no-cache", "--quiet", "--jobs", str(jobs), "--shard", f"{index + 1}/{count}",
+                             "--timings", str(plan), "--format", "json", "-o", str(reports[index])], project,
+                            {**env, "XISA_CACHE_DIR": str(caches[index])})[0]
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    recorded = [sum(json.loads((cache / "timings.json").read_text()).values()) for cache in caches]
     mean_wall, mean_rec = statistics.mean(walls), statistics.mean(recorded)
-    print(f"sharded check, {count} shards, each cold with {jobs} workers: wall "
+    print(f"sharded check, {count} shards at once, each cold with {jobs} worker(s): wall "
           + ", ".join(f"{w:.1f}" for w in walls) + f" s (slowest/mean {max(walls) / mean_wall:.3f}); "
           "recorded compile seconds " + ", ".join(f"{r:.1f}" for r in recorded)
-          + f" (slowest/mean {max(recorded) / mean_rec:.3f})")
-    _, merged, _ = xisa(["merge", *reports, "--format", "json"], project, env)
+          + f" (slowest/mean {max(recorded) / mean_rec:.3f})", flush=True)
+    _, merged, _ = xisa(["merge", *map(str, reports), "--format", "json"], project, env)
     data = json.loads(merged.stdout)
     print(f"xisa merge of the {count} reports: exit {data['exit_code']}, {len(data['cells'])} cells, "
-          + ", ".join(f"{k}: {v}" for k, v in data["counts"].items()))
+          + ", ".join(f"{k}: {v}" for k, v in data["counts"].items()), flush=True)
 
 
 def main() -> None:
