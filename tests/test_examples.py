@@ -191,19 +191,26 @@ def test_the_project_package_is_installed_with_the_pins_held(tmp_path):
             assert calls == (["install", "-e", ".", "triton==3.8.0", "torch==2.13.0"] if installs else [])
 
 
-@pytest.mark.parametrize("case", ["posted", "gh-fails", "fork", "too-long"])
+@pytest.mark.parametrize("case", ["posted", "gh-fails", "fork", "too-long", "shards-do-not-add-up"])
 def test_the_comment_is_posted_or_the_step_fails_loudly(tmp_path, case):
     script = _step(_load(WORKFLOW)["jobs"]["gate"], "Post or update")["run"]
     (tmp_path / "xisa-diff.md").write_text("### report\n" + ("x" * 70000 if case == "too-long" else "") + "\n")
+    (tmp_path / "xisa-merge.err").write_text("xisa: error: shard-2.json: missing shard(s) 3/3\n")
     summary = tmp_path / "summary"
     env = {"PR_NUMBER": "7", "RUN_URL": "https://example/run/1", "REPORT_URL": "https://example/artifact/2",
-           "FORK": "true" if case == "fork" else "false", "GITHUB_STEP_SUMMARY": str(summary)}
+           "FORK": "true" if case == "fork" else "false", "GITHUB_STEP_SUMMARY": str(summary),
+           "MERGE": "2" if case == "shards-do-not-add-up" else "1"}
     gh = 'printf "%s\\n" "$*" >> calls\n' + ("exit 1\n" if case == "gh-fails" else "")
     proc = _run_step(tmp_path, script, env, {"gh": gh})
     calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
     comment = (tmp_path / "xisa-diff.md").read_text()
-    if case == "posted":
+    if case == "shards-do-not-add-up":
+        assert proc.returncode == 0 and len(calls) == 1
+        assert comment.startswith("> :warning: the shards' reports do not add up to one check: xisa: error: "
+                                  "shard-2.json: missing shard(s) 3/3") and "### report" in comment
+    elif case == "posted":
         assert proc.returncode == 0 and calls == ["pr comment 7 --body-file xisa-diff.md --edit-last"]
+        assert comment.startswith("### report")
         assert comment.endswith("[`xisa-report` artifact](https://example/artifact/2) of [this run](https://example/run/1)._\n")
     elif case == "gh-fails":                              # no comment, no silent pass
         assert proc.returncode != 0 and len(calls) == 2
