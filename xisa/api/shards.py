@@ -107,3 +107,17 @@ def plan_shards(selection: Selection, *, count: int | None = None, max_wall_seco
                      f"on {cores} cores (the slowest cell alone records {slowest:g} s)", field="--max-seconds",
                      fix="allow more seconds or more cores per runner")
 
+
+
+def shard_balance_note(plan: dict, index: int) -> str | None:
+    """One line for a shard run by timings (a report's `selection.shard_plan`): this shard's recorded seconds and
+    the slowest shard's over the mean; None for a split by hash."""
+    if not plan or plan.get("weights_ms") is None:
+        return None
+    weights = plan["weights_ms"]
+    outcome = ShardsOutcome(method="timings", cores=1, recorded=len(weights),
+                            loads=_loads(ShardPlan(count=plan["count"], weights=weights), weights))
+    mine = outcome.loads[index - 1]
+    return (f"shard {index}/{outcome.count} by recorded timings: {mine.cells} cells, {mine.seconds:.1f} s; slowest "
+            f"shard {outcome.slowest_seconds:.1f} s, mean {outcome.mean_seconds:.1f} s (slowest/mean "
+            f"{outcome.slowest_over_mean:.3f})")

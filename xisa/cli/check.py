@@ -79,9 +79,12 @@ def check(
                               timings=timings)
     outcome = api.check(selection, base=base, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),
                         progress=progress_reporter)
-    if shard is not None and timings is None:
-        stderr().print("xisa: note: shards split by cell hash, balanced by count only (--timings FILE splits them by "
-                       "recorded seconds)", markup=False, highlight=False)
+    if shard is not None:
+        from xisa.api.shards import shard_balance_note
+
+        note = shard_balance_note((outcome.report.selection or {}).get("shard_plan"), int(shard.split("/")[0]))
+        stderr().print(f"xisa: note: {note or 'shards split by cell hash, balanced by count only (--timings FILE splits them by recorded seconds)'}",
+                       markup=False, highlight=False)
     title = "xisa check" if base is None else f"xisa: ISA against `{base}`"
     emit_report(outcome.report, fmt, output, counts=count or [], title=title, quiet=quiet, accept=outcome.accept,
                 max_chars=max_chars)
