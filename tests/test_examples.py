@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -162,6 +163,7 @@ def _run_step(tmp_path: Path, script: str, env: dict[str, str], stubs: dict[str,
                           timeout=60)
 
 
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq (on GitHub's runners) is not installed here")
 def test_the_plan_step_sizes_the_matrix_from_xisa_shards(tmp_path):
     script = _step(_load(WORKFLOW)["jobs"]["plan"], "Size the matrix")["run"]
     plan = {"count": 3, "matrix": [1, 2, 3], "slowest_over_mean": 1.01}
