@@ -74,7 +74,10 @@ def test_each_check_report_names_its_selection(shards):
     assert len(selection["golden_sha256"]) == 64
     assert selection["xisa_version"] == xisa.__version__
     assert selection["cells"] == sorted(f"{c['kernel']}:{c['case']}@{c['target']}" for c in whole["cells"])
-    assert s1["selection"] == selection and s1["shard"] == [1, 2]       # a shard names the whole selection
+    # A shard names the whole selection, and how it was split (by hash: no --timings).
+    assert selection["shard_plan"] is None
+    assert {**s1["selection"], "shard_plan": None} == selection and s1["shard"] == [1, 2]
+    assert s1["selection"]["shard_plan"] == {"method": "hash", "count": 2, "weights_ms": None}
     assert shards["gfx1100"]["selection"]["arguments"]["arch"] == ["gfx1100"]
 
 
@@ -196,3 +199,104 @@ def test_missing_and_duplicate_shards_are_refused(shards, tmp_path, capsys):
     code, _, err = _merge(tmp_path, capsys, shards["s1"], shards["s1"], shards["s2"])
     assert code == 2
     _one_line(err, "shard-2.json: shard", "shard 1/2 is given twice")
+
+
+# ---------------------------------------------------------------- shards split by recorded timings
+
+@pytest.fixture(scope="module")
+def timed_shards(shards, tmp_path_factory, shared_cache) -> dict[str, object]:
+    """The changed project's check in 3 shards split by a timings file in which one cell costs 100 s, the
+    others about 1 s: that cell alone in its shard, by hash it would share one."""
+    project, root = shards["project"], tmp_path_factory.mktemp("timed")
+    cells = json.loads(shards["whole"].out)["selection"]["cells"]
+    heavy = "dot:f16_32@gfx942"
+    timings = root / "timings.json"
+    timings.write_text(json.dumps({cid: 100.0 if cid == heavy else 1.0 + i / 10 for i, cid in enumerate(cells)}))
+    out: dict[str, object] = {"cells": cells, "heavy": heavy, "timings": timings, "project": project}
+    for index in (1, 2, 3):
+        path = root / f"t{index}.json"
+        result = xisa_process("check", "--shard", f"{index}/3", "--timings", str(timings), "--format", "json",
+                              "--output", str(path), cwd=project, cache=shared_cache)
+        assert result.code in (0, 1), result.err
+        assert "split by cell hash" not in result.err and f"note: shard {index}/3 by recorded timings: " in result.err
+        if index == 1:   # the 100 s cell alone: the slowest shard, its seconds over the mean of the three
+            assert "1 cells, 100.0 s; slowest shard 100.0 s" in result.err
+        out[f"t{index}"] = json.loads(path.read_text())
+    return out
+
+
+def _ids(report: dict) -> list[str]:
+    return [f"{c['kernel']}:{c['case']}@{c['target']}" for c in report["cells"]]
+
+
+def test_shards_by_timings_hold_every_cell_once_and_merge_to_the_unsharded_verdict(shards, timed_shards, tmp_path,
+                                                                                 capsys):
+    parts = [_ids(timed_shards[f"t{i}"]) for i in (1, 2, 3)]
+    assert sorted(cid for part in parts for cid in part) == sorted(timed_shards["cells"])
+    assert parts[0] == [timed_shards["heavy"]]                  # the 100 s cell alone in the first shard
+    plan = timed_shards["t1"]["selection"]["shard_plan"]
+    assert plan["method"] == "timings" and plan["count"] == 3 and set(plan["weights_ms"]) == set(timed_shards["cells"])
+    code, out, err = _merge(tmp_path, capsys, timed_shards["t3"], timed_shards["t1"], timed_shards["t2"],
+                            args=("--format", "json"))
+    whole = json.loads(shards["whole"].out)
+    assert code == whole["exit_code"] == 1, err
+    merged = json.loads(out)
+    assert merged["counts"] == whole["counts"] and merged["selection"] == whole["selection"]
+    # `xisa shards` shows the same split, without compiling
+    shown = xisa_process("shards", "3", "--timings", str(timed_shards["timings"]), "--format", "json",
+                         cwd=timed_shards["project"])
+    assert shown.code == 0, shown.err
+    summary = json.loads(shown.out)
+    assert [s["cells"] for s in summary["shards"]] == [len(part) for part in parts]
+    assert summary["shards"][0]["seconds"] == 100.0 and summary["matrix"] == [1, 2, 3]
+
+
+def _timed_tamper(case: str, t1: dict, t2: dict, t3: dict) -> None:
+    if case == "weight-edited":
+        cid = next(iter(t2["selection"]["shard_plan"]["weights_ms"]))
+        t2["selection"]["shard_plan"]["weights_ms"][cid] += 1
+    elif case == "weights-for-one-cell-too-few":
+        for report in (t1, t2, t3):
+            report["selection"]["shard_plan"]["weights_ms"].popitem()
+    elif case == "plan-of-another-count":
+        for report in (t1, t2, t3):
+            report["selection"]["shard_plan"]["count"] = 2
+    elif case == "split-by-hash-instead":
+        for report in (t1, t2, t3):
+            report["selection"]["shard_plan"] = {"method": "hash", "count": 3, "weights_ms": None}
+    elif case == "a-cell-moved":
+        moved = t2["cells"].pop()
+        t2["counts"][moved["verdict"]] -= 1
+        t1["cells"].append(moved)
+        t1["counts"][moved["verdict"]] = t1["counts"].get(moved["verdict"], 0) + 1
+
+
+TIMED_TAMPERED = {
+    "weight-edited": ["selection.shard_plan.weights_ms.", "not of one selection"],
+    "weights-for-one-cell-too-few": ["selection.shard_plan.weights_ms", "does not weigh exactly the selected cells"],
+    "plan-of-another-count": ["selection.shard_plan.count", "the shard plan is for 2 shards"],
+    "split-by-hash-instead": ["shard-1.json: cells"],       # another split: a cell missing or in the wrong shard
+    "a-cell-moved": ["shard-1.json: cells[", "not 1/3"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(TIMED_TAMPERED))
+def test_a_shard_whose_plan_or_cells_were_edited_is_refused(timed_shards, tmp_path, capsys, case):
+    t1, t2, t3 = (copy.deepcopy(timed_shards[f"t{i}"]) for i in (1, 2, 3))
+    _timed_tamper(case, t1, t2, t3)
+    code, out, err = _merge(tmp_path, capsys, t1, t2, t3)
+    assert code == 2 and not out
+    _one_line(err, *TIMED_TAMPERED[case])
+
+
+def test_timings_without_a_shard_or_from_the_runs_own_cache_are_refused(timed_shards, shared_cache):
+    project = timed_shards["project"]
+    alone = xisa_process("check", "--timings", str(timed_shards["timings"]), cwd=project, cache=shared_cache)
+    assert alone.code == 2 and "--timings: --timings splits shards: it needs --shard" in alone.err
+    live = shared_cache / "timings.json"
+    own = xisa_process("check", "--shard", "1/2", "--timings", str(live), cwd=project, cache=shared_cache)
+    assert own.code == 2 and "is the timings file of this run's own cache" in own.err
+    bad = timed_shards["timings"].with_name("bad.json")
+    bad.write_text('{"dot:f16_32@gfx942": -3}')
+    refused = xisa_process("check", "--shard", "1/2", "--timings", str(bad), cwd=project, cache=shared_cache)
+    assert refused.code == 2 and f"{bad}: dot:f16_32@gfx942: -3 is not a number of seconds >= 0" in refused.err

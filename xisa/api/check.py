@@ -4,12 +4,14 @@ unused."""
 from __future__ import annotations
 
 import fnmatch
+import os
 
 from xisa.api.gate import gate
 from xisa.api.judging import CheckOutcome, judge, outcome
 from xisa.api.run import Progress, Run, compile_selection, no_progress
 from xisa.api.selection import Selection
 from xisa.api.workspace import Workspace, validate_scopes
+from xisa.compile.cache import TIMINGS
 from xisa.compile.runner import RunOptions
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, UsageError
 from xisa.golden.store import GoldenSet
@@ -35,16 +37,29 @@ def check(selection: Selection, *, base: str | None = None, compile_base: bool =
     validate_scopes(selection.scope)
     ws = selection.workspace()
     validate_scopes(selection.scope, ws)
+    refuse_live_timings(selection, ws)
     _, whole = selection.cells(ws, sharded=False)   # every shard's cells: what `xisa merge` must get back
-    described = describe_selection(ws, arch=selection.arch, kernel=selection.kernel, cells=whole)
+    plan = selection.shard_plan(whole)   # and how they are split, so that it can tell each shard's part
+    described = describe_selection(ws, arch=selection.arch, kernel=selection.kernel, cells=whole,
+                                   shard_plan=plan.to_json() if plan is not None else None)
     run = compile_selection(ws, selection, options=options, golden_dirs=[(ws.project.golden_dir, "")],
                             ab_command=selection.ab_command(), progress=progress)
     report = judge(ws, run, kernel_filters=selection.kernel, scopes=selection.scope,
-                   shard=parse_shard(selection.shard), selection=described)
+                   shard=parse_shard(selection.shard), selection=described, shard_plan=plan)
     checked = outcome(report, ws, selection, run)
     # a kept copy of a generated kernel module whose generator changed here: said, the verdict unchanged
     checked.failure_lines += kept_source_notes(ws.specs, search=[ws.project.root, *ws.project.pythonpath])
     return checked
+
+
+def refuse_live_timings(selection: Selection, ws: Workspace) -> None:
+    """--timings may not be the run's own cache's timings file: the run rewrites it as it compiles, so a shard
+    run after it would split by other numbers (and `xisa merge` refuse the shards)."""
+    if selection.timings is not None and os.path.abspath(selection.timings) == os.path.abspath(
+            ws.project.cache_dir / TIMINGS):
+        raise UsageError("is the timings file of this run's own cache, which the run rewrites: later shards would "
+                         "split differently", path=str(selection.timings), field="--timings",
+                         fix=f"copy it first (cp {selection.timings} timings.json) and pass the copy to every shard")
 
 
 def review(selection: Selection, *, base: str | None = None, options: RunOptions = RunOptions(),

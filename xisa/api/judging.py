@@ -12,6 +12,7 @@ from xisa.api.selection import Selection
 from xisa.api.workspace import Workspace
 from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import CheckReport, build_report
+from xisa.spec.shard import ShardPlan
 
 
 
@@ -28,13 +29,13 @@ class CheckOutcome:
 
 def judge(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, scopes: list[str] | None,
           golden_dir: Path | None = None, display_root: Path | None = None, shard: tuple[int, int] | None = None,
-          selection: dict[str, Any] | None = None) -> CheckReport:
+          selection: dict[str, Any] | None = None, shard_plan: ShardPlan | None = None) -> CheckReport:
     """The run's cells against goldens (this tree's unless `golden_dir` names others)."""
     goldens = GoldenSet.for_results(golden_dir or ws.project.golden_dir, run.results,
                                     display_root=display_root or ws.project.root)
     return build_report(run.results, run.failures, goldens=goldens, selected_targets={t.name for t in run.targets},
                         kernel_filters=kernel_filters, scopes=scopes or [], toolchain=run.toolchain(), shard=shard,
-                        selection=selection)
+                        selection=selection, shard_plan=shard_plan)
 
 
 def bless_commands(report: CheckReport, ws: Workspace, selection: Selection) -> list[str]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from xisa.api.workspace import Workspace, open_workspace
 from xisa.spec.cases import Cell
-from xisa.spec.shard import parse_shard, shard_of
+from xisa.errors import UsageError
+from xisa.spec.shard import ShardPlan, make_plan, parse_shard, read_timings
 from xisa.spec.targets import Target
 
 
@@ -20,7 +21,8 @@ class Selection:
 
     `arch`: target names or globs; `kernel`: KERNEL or KERNEL:CASE globs; `spec`: spec files or folders
     (default: the project's); `golden`: the golden folder (default: the project's); `scope`: the
-    TARGET[:KERNEL[:CASE]] globs allowed to change; `shard`: the `I/N` text of --shard."""
+    TARGET[:KERNEL[:CASE]] globs allowed to change; `shard`: the `I/N` text of --shard; `timings`: the
+    recorded per-cell seconds (`{cell id: seconds}`) that split the shards longest-first (else by cell hash)."""
 
     arch: list[str] | None = None
     kernel: list[str] | None = None
@@ -28,21 +30,32 @@ class Selection:
     golden: Path | None = None
     scope: list[str] | None = None
     shard: str | None = None
+    timings: Path | None = None
 
     def workspace(self, *, cwd: Path | None = None) -> Workspace:
         return open_workspace(spec=self.spec, golden=self.golden, cwd=cwd)
 
     def whole(self) -> Selection:
         """Every cell of the same specs and goldens: no target, kernel or shard narrows it."""
-        return dataclasses.replace(self, arch=None, kernel=None, shard=None)
+        return dataclasses.replace(self, arch=None, kernel=None, shard=None, timings=None)
+
+    def shard_plan(self, cells: list[Cell]) -> ShardPlan | None:
+        """How --shard splits `cells` (the whole selection): None without --shard."""
+        shard = parse_shard(self.shard)
+        if shard is None:
+            if self.timings is not None:
+                raise UsageError("--timings splits shards: it needs --shard", field="--timings",
+                                 fix="add --shard I/N, or drop --timings")
+            return None
+        return make_plan([c.id for c in cells], shard[1], read_timings(self.timings) if self.timings else None)
 
     def cells(self, ws: Workspace, *, sharded: bool = True) -> tuple[list[Target], list[Cell]]:
         """The targets and cells selected in `ws` (this shard's only, unless `sharded` is false)."""
         chosen, cells = ws.select(arch=self.arch, kernel=self.kernel)
-        shard = parse_shard(self.shard) if sharded else None
-        if shard is not None:
-            index, count = shard
-            cells = [c for c in cells if shard_of(c.id, count) == index - 1]
+        plan = self.shard_plan(cells) if sharded else None
+        if plan is not None:
+            index = parse_shard(self.shard)[0] - 1   # type: ignore[index]
+            cells = [c for c in cells if plan.shard_of(c.id) == index]
         return chosen, cells
 
     def location_args(self) -> list[str]:

@@ -25,6 +25,7 @@ from xisa.cli.device import device
 from xisa.cli.doctor import doctor
 from xisa.cli.inspect import cache_clear, kernels, targets
 from xisa.cli.report import report
+from xisa.cli.ci import cache_key, shards
 from xisa.compile.runner import TORCH_WITHOUT_NUMPY
 from xisa.errors import XisaError, interrupted
 
@@ -36,10 +37,12 @@ cache_app = typer.Typer(help="The result cache private to xisa.", no_args_is_hel
 app.add_typer(cache_app, name="cache")
 for name, command in (("check", check), ("bless", bless), ("diff", diff), ("merge", merge),
                       ("compile", compile_command), ("device", device), ("doctor", doctor), ("targets", targets),
-                      ("kernels", kernels), ("report", report), ("capture", capture), ("ab", ab)):
+                      ("kernels", kernels), ("report", report), ("capture", capture), ("ab", ab),
+                      ("shards", shards)):
     app.command(name)(command)
 app.command("ab-side", hidden=True)(ab_side)   # the half of `xisa ab` that runs in a side's own Python
 cache_app.command("clear")(cache_clear)
+cache_app.command("key")(cache_key)
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

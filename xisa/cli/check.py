@@ -18,7 +18,9 @@ from xisa.golden.verdict import CheckReport
 from xisa.render.progress import progress_reporter
 from xisa.render.formats import cells_phrase, error_block, grouped_by_message
 from xisa.render.review import render_check_text
+from xisa.render.comment import MARKDOWN_MAX_CHARS, MIN_CHARS
 from xisa.render.reports import render_report
+from xisa.cli.ci import TimingsOption
 
 
 class Format(str, Enum):
@@ -37,19 +39,24 @@ ShardOption = Annotated[Optional[str], typer.Option("--shard", help="Run only sh
 BaseOption = Annotated[Optional[str], typer.Option(
     "--base", help="The PR gate: judge this tree's cells against git revision BASE (e.g. origin/main) with "
                    "--scope, and hold this tree's goldens to its compile.")]
+MaxCharsOption = Annotated[int, typer.Option(
+    "--max-chars", min=MIN_CHARS,
+    help="Markdown: at most this many characters (GitHub refuses a PR comment over 65,536); a longer report keeps "
+         "its top changes and says how many cells it leaves out.")]
 CompileBaseOption = Annotated[bool, typer.Option(
     "--compile-base", help="With --base: compile the kernels at BASE in a temporary worktree instead of "
                            "reading its goldens.")]
 
 
 def emit_report(report: CheckReport, fmt: Format, output: Path | None, *, counts: list[str], title: str,
-                quiet: bool, accept: list[str] | None = None) -> None:
+                quiet: bool, accept: list[str] | None = None, max_chars: int = MARKDOWN_MAX_CHARS) -> None:
     """A check, gate or A/B report in `fmt` (`xisa.render.reports`' table), to stdout or written to `output`
     (`xisa check`, `diff`, `ab`). Text on stdout is printed to the terminal's console (colour, its width)."""
     if fmt is Format.text and output is None:
         render_check_text(stdout(), report, counts=counts, quiet=quiet, accept=accept)
         return
-    text = render_report(report, fmt.value, counts=counts, title=title, quiet=quiet, accept=accept)
+    text = render_report(report, fmt.value, counts=counts, title=title, quiet=quiet, accept=accept,
+                         max_chars=max_chars)
     if output is None:
         sys.stdout.write(text)
     else:
@@ -62,17 +69,25 @@ def check(
     arch: ArchOption = None, kernel: KernelOption = None, spec: SpecOption = None, scope: ScopeOption = None,
     base: BaseOption = None, compile_base: CompileBaseOption = False,
     fmt: FormatOption = Format.text, output: OutputOption = None, count: CountOption = None,
-    shard: ShardOption = None, jobs: JobsOption = 0, timeout: TimeoutOption = 600.0, no_cache: NoCacheOption = False,
-    quiet: QuietOption = False,
+    shard: ShardOption = None, timings: TimingsOption = None, jobs: JobsOption = 0, timeout: TimeoutOption = 600.0,
+    no_cache: NoCacheOption = False, quiet: QuietOption = False, max_chars: MaxCharsOption = MARKDOWN_MAX_CHARS,
     golden: Annotated[Optional[Path], typer.Option("--golden", help="Golden folder (default: golden/).")] = None,
 ) -> None:
     """CI gate: every cell against its golden (or, with --base, against a base revision). Exit 0 all well,
     1 regression, 2 untrustworthy."""
-    selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope, shard=shard)
+    selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope, shard=shard,
+                              timings=timings)
     outcome = api.check(selection, base=base, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),
                         progress=progress_reporter)
+    if shard is not None:
+        from xisa.api.shards import shard_balance_note
+
+        note = shard_balance_note((outcome.report.selection or {}).get("shard_plan"), int(shard.split("/")[0]))
+        stderr().print(f"xisa: note: {note or 'shards split by cell hash, balanced by count only (--timings FILE splits them by recorded seconds)'}",
+                       markup=False, highlight=False)
     title = "xisa check" if base is None else f"xisa: ISA against `{base}`"
-    emit_report(outcome.report, fmt, output, counts=count or [], title=title, quiet=quiet, accept=outcome.accept)
+    emit_report(outcome.report, fmt, output, counts=count or [], title=title, quiet=quiet, accept=outcome.accept,
+                max_chars=max_chars)
     print_failure_lines(outcome.failure_lines)
     raise typer.Exit(outcome.exit_code)
 
@@ -131,7 +146,7 @@ def diff(
     arch: ArchOption = None, kernel: KernelOption = None, spec: SpecOption = None, scope: ScopeOption = None,
     fmt: FormatOption = Format.markdown, output: OutputOption = None, count: CountOption = None,
     jobs: JobsOption = 0, timeout: TimeoutOption = 600.0, no_cache: NoCacheOption = False,
-    quiet: QuietOption = False,
+    quiet: QuietOption = False, max_chars: MaxCharsOption = MARKDOWN_MAX_CHARS,
 ) -> None:
     """The PR gate and its comment: this tree against BASE, judged by --scope (markdown by default).
 
@@ -142,7 +157,7 @@ def diff(
     outcome = api.gate(base, selection, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),
                        progress=progress_reporter)
     emit_report(outcome.report, fmt, output, counts=count or [], title=f"xisa: ISA against `{base}`", quiet=quiet,
-                 accept=outcome.accept)
+                accept=outcome.accept, max_chars=max_chars)
     print_failure_lines(outcome.failure_lines)
     raise typer.Exit(outcome.exit_code)
 

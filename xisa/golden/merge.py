@@ -2,9 +2,10 @@
 
 Shard reports come from elsewhere (CI artifacts, another machine), so none is trusted: each is read
 strictly by `xisa.golden.report_json` (every field with its type, each verdict against its cell's data),
-and the shards must add up to exactly one selection: the same arguments, commit, goldens, toolchain and
-xisa version in every shard, each shard present once, and each cell of the selection in its own shard,
-none missing, none added. Anything else is refused with one line naming the file and the field (exit 2).
+and the shards must add up to exactly one selection: the same arguments, commit, goldens, toolchain,
+xisa version and shard plan (by hash, or by recorded timings: each cell's weight) in every shard, each
+shard present once, and each cell of the selection in the shard the plan gives it, none missing, none
+added. Anything else is refused with one line naming the file and the field (exit 2).
 The verdict is then decided by the check report's own exit policy (`CheckReport.exit_code`), as for an
 unsharded run.
 """
@@ -17,7 +18,7 @@ from typing import Any
 from xisa.errors import UsageError
 from xisa.golden.report_json import FIX, ShardReport, check_payload, read_shard_report
 from xisa.golden.verdict import UNUSED, CheckReport
-from xisa.spec.shard import shard_of
+from xisa.spec.shard import ShardPlan
 
 
 def _first_difference(a: Any, b: Any, where: str) -> str | None:
@@ -67,13 +68,14 @@ def _refuse_wrong_cells(shards: list[ShardReport]) -> None:
     count = shards[0].count
     selected = shards[0].data["selection"]["cells"]
     selected_set = set(selected)
+    plan = _shard_plan(shards[0])
     for shard in shards:
-        expected = {cid for cid in selected if shard_of(cid, count) == shard.index - 1}
+        expected = {cid for cid in selected if plan.shard_of(cid) == shard.index - 1}
         got: set[str] = set()
         for position, verdict in enumerate(shard.report.verdicts):
             where = f"cells[{position}] ({verdict.id})"
-            if shard_of(verdict.id, count) != shard.index - 1:
-                raise UsageError(f"belongs to shard {shard_of(verdict.id, count) + 1}/{count}, not {shard.index}/{count}",
+            if plan.shard_of(verdict.id) != shard.index - 1:
+                raise UsageError(f"belongs to shard {plan.shard_of(verdict.id) + 1}/{count}, not {shard.index}/{count}",
                                  path=str(shard.path), field=where, fix=FIX)
             if verdict.id in got:
                 raise UsageError("appears twice", path=str(shard.path), field=where, fix=FIX)
@@ -88,6 +90,18 @@ def _refuse_wrong_cells(shards: list[ShardReport]) -> None:
                              path=str(shard.path), field="cells", fix=FIX)
 
 
+def _shard_plan(shard: ShardReport) -> ShardPlan:
+    """The split the shards ran (the same in every shard: `_refuse_mixed`), recomputed from its weights."""
+    plan = shard.data["selection"]["shard_plan"]
+    if plan is None:
+        raise UsageError("a sharded report without the plan that split it", path=str(shard.path),
+                         field="selection.shard_plan", fix=FIX)
+    if plan["count"] != shard.count:
+        raise UsageError(f"the shard plan is for {plan['count']} shards, the report is shard {shard.index}/{shard.count}",
+                         path=str(shard.path), field="selection.shard_plan.count", fix=FIX)
+    return ShardPlan(count=shard.count, weights=plan["weights_ms"])
+
+
 def merge_reports(paths: list[Path]) -> dict[str, Any]:
     if not paths:
         raise UsageError("no reports given", field="REPORT", fix="xisa merge shard-1.json shard-2.json ...")
@@ -100,6 +114,6 @@ def merge_reports(paths: list[Path]) -> dict[str, Any]:
                    key=lambda pair: (pair[0].target, pair[0].kernel, pair[0].case))
     report = CheckReport(verdicts=[v for v, _ in order], toolchain=first["toolchain"], golden_toolchains={},
                          scopes=first["scopes"], problems=sorted({p for s in shards for p in s.data["problems"]}),
-                         selection=first["selection"])
+                         selection={**first["selection"], "shard_plan": None})   # whole again: as unsharded
     # The shards' own cell objects, each already read strictly; the summary recomputed from their verdicts.
     return {**check_payload(report, cells=[c for _, c in order]), "schema": first["schema"]}

@@ -210,7 +210,30 @@ def _validate_selection(data: dict[str, Any]) -> dict[str, Any]:
     _field(selection, "commit", (str,), "selection", optional=True)
     _sha256(selection, "golden_sha256", "selection")
     _field(selection, "xisa_version", (str,), "selection")
+    plan = _field(selection, "shard_plan", (dict,), "selection", optional=True)
+    if plan is not None:
+        _validate_shard_plan(plan, selection["cells"])
     return selection
+
+
+def _validate_shard_plan(plan: dict[str, Any], cells: list[str]) -> None:
+    """`selection.shard_plan`: by hash (no weights), or by timings with a whole-millisecond weight for every
+    selected cell and no other."""
+    method = _field(plan, "method", (str,), "selection.shard_plan")
+    count = _field(plan, "count", (int,), "selection.shard_plan")
+    if count < 1:
+        raise _Invalid("selection.shard_plan.count", f"{count} is not a shard count")
+    weights = _field(plan, "weights_ms", (dict,), "selection.shard_plan", optional=True)
+    if method not in ("hash", "timings") or (weights is None) != (method == "hash"):
+        raise _Invalid("selection.shard_plan.method", f"{method[:20]!r} with {'no ' if weights is None else ''}weights "
+                       "is not a shard plan (hash: no weights; timings: weights_ms)")
+    if weights is not None:
+        if set(weights) != set(cells):
+            odd = sorted(set(weights) ^ set(cells))[0]
+            raise _Invalid("selection.shard_plan.weights_ms", f"does not weigh exactly the selected cells ({odd})")
+        for cid, weight in weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+                raise _Invalid(f"selection.shard_plan.weights_ms.{cid}", "is not a whole number of milliseconds >= 0")
 
 
 def _validate_cell(cell: Any, where: str, scopes: list[Scope]) -> CellVerdict:

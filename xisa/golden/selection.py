@@ -15,8 +15,10 @@ from xisa.golden.store import golden_set_digest
 from xisa.spec.cases import Cell
 
 
-def describe_selection(ws, *, arch: list[str] | None, kernel: list[str] | None, cells: list[Cell]) -> dict[str, Any]:
-    """The identity of a check's selection; `cells` is the whole selection, every shard's cells."""
+def describe_selection(ws, *, arch: list[str] | None, kernel: list[str] | None, cells: list[Cell],
+                       shard_plan: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The identity of a check's selection; `cells` is the whole selection, every shard's cells; `shard_plan`
+    how --shard split them (`ShardPlan.to_json`: the method and, by timings, each cell's weight)."""
     from xisa.spec import gitrev
     project = ws.project
     try:
@@ -30,5 +32,6 @@ def describe_selection(ws, *, arch: list[str] | None, kernel: list[str] | None, 
         "cells": sorted(cell.id for cell in cells),
         "commit": commit,
         "golden_sha256": golden_set_digest(project.golden_dir),
+        "shard_plan": shard_plan,
         "xisa_version": __version__,
     }

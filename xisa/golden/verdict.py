@@ -24,7 +24,7 @@ from xisa.golden.record import Golden, cell_differences
 from xisa.golden.store import GoldenEntry, GoldenSet
 from xisa.names import CellKey, NamedByCell, closest
 from xisa.spec.cases import matches_kernel_filter
-from xisa.spec.shard import shard_of
+from xisa.spec.shard import ShardPlan
 
 # The version of every JSON document xisa prints (check, compile, device, targets, kernels); see docs/json-schema.md.
 JSON_SCHEMA_VERSION = 1
@@ -348,13 +348,15 @@ def _compare(verdict: CellVerdict, golden: Golden, result: CellResult) -> None:
 
 
 def unused_goldens(goldens: GoldenSet, seen: set[tuple[str, str, str]], *, selected_targets: set[str],
-                   kernel_filters: list[str] | None, shard: tuple[int, int] | None) -> list[CellVerdict]:
-    """The goldens inside the selection (and shard) that no cell has."""
+                   kernel_filters: list[str] | None, shard: tuple[int, int] | None,
+                   shard_plan: ShardPlan | None = None) -> list[CellVerdict]:
+    """The goldens inside the selection (and shard: `shard_plan`'s, else the cell-hash split) that no cell has."""
     unused = []
+    plan = shard_plan or (ShardPlan(count=shard[1]) if shard is not None else None)
     for key in goldens.keys():
         if key in seen or not matches_filters(*key, selected_targets, kernel_filters):
             continue
-        if shard is not None and shard_of(str(CellKey(*key)), shard[1]) != shard[0] - 1:
+        if shard is not None and plan.shard_of(str(CellKey(*key))) != shard[0] - 1:   # type: ignore[union-attr]
             continue
         unused.append(CellVerdict(kernel=key[0], case=key[1], target=key[2], verdict=UNUSED,
                                   golden_file=goldens.display(key),
@@ -386,7 +388,8 @@ def golden_problems(golden_toolchains: dict[str, list[str]], golden_analyzers: d
 def build_report(results: list[CellResult], failures: dict[str, list[Failure]], *, goldens: GoldenSet,
                  selected_targets: set[str], kernel_filters: list[str] | None, scopes: list[str],
                  toolchain: dict[str, str], shard: tuple[int, int] | None = None,
-                 selection: dict[str, Any] | None = None, launches: bool = True) -> CheckReport:
+                 selection: dict[str, Any] | None = None, launches: bool = True,
+                 shard_plan: ShardPlan | None = None) -> CheckReport:
     """Every result against its golden in `goldens` (read beforehand), and the goldens of the selection no
     cell has. No I/O. `launches=False` compares with the goldens only (no `cannot-launch` verdict)."""
     parsed_scopes = [Scope.parse(s) for s in scopes]
@@ -405,7 +408,7 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
                 golden_analyzers.setdefault(other_analyzer(entry.golden), []).append(entry.display)
     seen = {(r.kernel, r.case, r.target) for r in results}
     verdicts += unused_goldens(goldens, seen, selected_targets=selected_targets, kernel_filters=kernel_filters,
-                               shard=shard)
+                               shard=shard, shard_plan=shard_plan)
     problems = golden_problems(golden_toolchains, golden_analyzers, installed=toolchain.get("triton"),
                                owner=goldens.owner)
     verdicts.sort(key=lambda v: (v.target, v.kernel, v.case))
