@@ -192,10 +192,13 @@ def test_torch_cuda_is_answered_during_a_load_only_and_gpu_work_is_refused():
         assert torch.cuda.is_available() and torch.cuda.device_count() == 1 and torch.cuda.current_device() == 0
         assert torch.cuda.get_device_capability() == (9, 4) and torch.cuda.get_device_name(0) == "AMD Instinct MI300X"
         assert torch.version.hip is not None and torch.version.cuda is None
+        with torch.cuda.device(0), torch.cuda.device(None):   # FlagGems' generated wrappers enter the device
+            assert torch.cuda.current_device() == 0
     assert not torch.cuda.is_available() and torch.version.hip is None
     with pytest.raises(AssertionError):      # the CPU torch's own answer again
         torch.cuda.get_device_properties(0)
     for gpu_work in (lambda: torch.cuda.synchronize(), lambda: torch.cuda.get_device_properties(1),
+                     lambda: torch.cuda.device(1).__enter__(),
                      lambda: torch.cuda.get_device_properties(0).uuid):
         with pytest.raises(TargetError) as caught:
             with target_driver(target):

@@ -5,7 +5,7 @@ and `get_device_info`) and pick configs from the answers. xisa has no GPU and co
 process, so each answer comes from the target file of the cell being compiled (`xisa.spec.device_facts`), as the
 reference product of that target would give it, through the two doors libraries knock on:
 - `torch.cuda` (`is_available`, `device_count`, `current_device`, `get_device_properties`, `get_device_capability`,
-  `get_device_name`, `set_device`) and `torch.version.cuda` / `torch.version.hip`, patched for the duration only;
+  `get_device_name`, `set_device`, the `torch.cuda.device(i)` context) and `torch.version.cuda` / `torch.version.hip`, patched for the duration only;
 - Triton's driver (`xisa.compile.target_driver`): `utils.get_device_properties(i)` with the backend's keys.
 A query xisa cannot answer (a fact the file does not state, a stream, a second device, a benchmark) raises
 `UnansweredDeviceQuery`, a BaseException, so a library's `except Exception:` fallback cannot turn it into a
@@ -223,6 +223,14 @@ def _torch_functions(answers: DeviceAnswers) -> dict[str, Any]:
     def set_device(device) -> None:
         answers.device_index(device, f"torch.cuda.set_device({device!r})")
 
+    def exchange_device(device: int) -> int:
+        # what `with torch.cuda.device(i):` calls on entry and exit (FlagGems' generated wrappers): -1 is "none",
+        # as torch answers it; the one device is 0, so the device before was 0
+        if device < 0:
+            return -1
+        answers.device_index(device, f"torch.cuda.device({device!r})")
+        return 0
+
     def get_device_properties(device=None):
         return answers.torch_properties(device)
 
@@ -241,7 +249,8 @@ def _torch_functions(answers: DeviceAnswers) -> dict[str, Any]:
                                                                "fact of the target")
 
     return {"is_available": is_available, "device_count": device_count, "current_device": current_device,
-            "set_device": set_device, "get_device_properties": get_device_properties,
+            "set_device": set_device, "_exchange_device": exchange_device, "_maybe_exchange_device": exchange_device,
+            "get_device_properties": get_device_properties,
             "get_device_capability": get_device_capability, "get_device_name": get_device_name,
             "get_arch_list": get_arch_list}
 
