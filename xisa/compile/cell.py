@@ -16,7 +16,8 @@ from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell
 from xisa.compile.loader import load_kernel_function
 from xisa.compile.ptxas import canonical_ptxas
-from xisa.compile.reads import compiling
+from xisa.compile.backend_store import BackendHit, BackendStore, backend_reuse
+from xisa.compile.reads import compiling, reused_compile_reads
 from xisa.compile.standins import plain
 from xisa.compile.disassemble import kept_stages, machine_code
 from xisa.compile.result import CellResult
@@ -24,28 +25,45 @@ from xisa.errors import XisaError
 from xisa.spec.cases import Cell
 
 
-def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False) -> CellResult:
-    """Never raises for a cell-level problem: the error is the cell's result, so other cells go on.
+def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False, store: BackendStore | None = None,
+                 lookup: bool = True) -> CellResult:
+    """Never raises for a cell-level problem: the error is the cell's result, so other cells go on. `store`: the
+    back-end store this compile records into (and, with `lookup`, is answered from).
     Deprecation notices of the libraries a compile runs through (Triton, NumPy, torch, a kernel module's own
     imports) say nothing about the machine code and would bury the report: they are not printed."""
     with warnings.catch_warnings():
         for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
             warnings.simplefilter("ignore", category)
-        return _compile_cell(cell, roots=roots, keep_stages=keep_stages)
+        return _compile_cell(cell, roots=roots, keep_stages=keep_stages, store=store,
+                             lookup=lookup and not keep_stages)
 
 
-def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellResult:
+def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: BackendStore | None,
+                  lookup: bool) -> CellResult:
     started = time.perf_counter()
     result = CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="error")
     bound = None
+    sources = SourceFiles(roots)
     try:
         fn = load_kernel_function(cell.kernel, roots=roots, target=cell.target)
         with compiling(cell.kernel, cell.target):   # what the compile reads is a dependency as well
             bound = bind_cell(cell, fn)
             result.binding = bound.signature_record()
             result.options = bound.options_record()
-            compiled = _triton_compile(bound, cell.target, roots)
-        result.analysis = analyze_compiled(cell, compiled, bound.options, roots=roots)
+            with backend_reuse(store, cell, bound, sources.path_of, lookup=lookup) as reuse:
+                try:
+                    compiled, reads = _triton_compile(bound, cell.target, sources), None
+                    if reuse is not None:
+                        reads = reuse.back_end_reads()
+                except BackendHit as hit:   # the back end's work for this front end's output, stored
+                    compiled, analysis = None, hit.analysis
+                    reused_compile_reads(hit.reads)   # what it read is what this cell's depfile must hold
+                    result.reused_backend = True
+        if compiled is not None:
+            analysis = backend_analysis(cell, compiled, bound.options)
+            if reuse is not None:
+                reuse.record(compiled, analysis, reads)   # before `shown`: the store keeps the compiler's paths
+        result.analysis = shown(analysis, sources)
         result.status = "ok"
         if keep_stages:   # for `--emit`: every stage, the assembly as Triton spells it
             result.stages = kept_stages(cell.target.handler, compiled)
@@ -61,20 +79,26 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
     return result
 
 
-def _triton_compile(bound, target, roots):
+def _triton_compile(bound, target, sources: "SourceFiles"):
     import triton
     from triton.compiler import ASTSource
 
     source = ASTSource(bound.fn, bound.signature, bound.constexprs, bound.attrs)
     if not target.handler.canonical_tool_inputs:
         return triton.compile(source, target=bound.target, options=vars(bound.options))
-    with canonical_ptxas(SourceFiles(roots).path_of):
+    with canonical_ptxas(sources.path_of):
         return triton.compile(source, target=bound.target, options=vars(bound.options))
 
 
 def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -> Analysis:
     """The cell's analysis, its stage fingerprints, its source-line table and each instruction's source location
     (paths made relative, `SourceFiles`: `roots` are the project's kernel roots)."""
+    return shown(backend_analysis(cell, compiled, options), SourceFiles(roots))
+
+
+def backend_analysis(cell: Cell, compiled, options) -> Analysis:
+    """What the back end's output says: the analysis and its stage fingerprints, source locations as the compiler
+    wrote them (a function of the front end's output, the options and the target: what the back-end store keeps)."""
     target = cell.target
     handler = target.handler
     assembly, binary, binary_facts = machine_code(handler, compiled)
@@ -84,7 +108,12 @@ def analyze_compiled(cell: Cell, compiled, options, *, roots: list[Path] = ()) -
     analysis.metadata = launch_metadata(compiled.metadata, options)
     analysis.stages = stage_fingerprints(handler, compiled.asm, analysis,
                                          kernel=getattr(compiled.metadata, "name", None))
-    sources = SourceFiles(roots)
+    return analysis
+
+
+def shown(analysis: Analysis, sources: "SourceFiles") -> Analysis:
+    """`analysis` with its source-line table and per-instruction locations as this project shows them: paths from
+    `sources`, each line's text read from its file now."""
     analysis.lines = lines.resolve(analysis.lines, path_of=sources.path_of, text_of=sources.text_of)
     analysis.locs = [sources.location(loc) for loc in analysis.locs]
     return analysis

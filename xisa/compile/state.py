@@ -52,6 +52,8 @@ class WorkerState:
     # Variables read through os.environ while a kernel module loads (None: no load under way).
     env_reads: set[str] | None = None
     compiling: CompileUnderWay | None = None
+    # The back-end store's part in the compile under way (`xisa.compile.backend_store.BackendReuse`; None: off).
+    backend: Any = None
     # Folders whose files a compile reads as its own output (Triton's cache), never a dependency.
     output_folders: tuple[str, ...] = ()
     # The audit hook is installed (once per process: a hook cannot be removed, so `reset` keeps this).
@@ -97,6 +99,7 @@ class WorkerState:
         self.reads = None
         self.env_reads = None
         self.compiling = None
+        self.backend = None
         self.output_folders = ()
 
 
