@@ -30,6 +30,11 @@ class LoadedModule:
     # packages that asked the device): in sight again while its cells compile, so a heuristic's lazy import finds
     # the load's own module, not a fresh copy that would stay behind with this target's answers.
     modules: dict[str, Any] = field(default_factory=dict)
+    # When the load was the import of the kernel's top package and nothing after it (the kernel's module among what
+    # that import imported, as fla's `__init__` imports every op): those modules' names. A spec of any of them, with
+    # the same package, pythonpath and import hooks (`sharing`), would load exactly this: it shares the load.
+    package_load: frozenset[str] = frozenset()
+    sharing: tuple = ()
 
 
 @dataclass
@@ -75,14 +80,31 @@ class WorkerState:
 
     def mark_per_target(self, spec: KernelSpec, target) -> None:
         """A compile of `spec` asked the device: its load is one per target from now on (the one in hand becomes
-        `target`'s, the other targets load anew)."""
+        `target`'s, the other targets load anew, and so do other specs sharing its modules: they may hold the
+        answers for `target` now)."""
         key = self.key(spec)
         if key in self.per_target:
             return
         loaded = self.loaded.pop(key, None)
         self.per_target.add(key)
         if loaded is not None:
+            self.loaded = {k: other for k, other in self.loaded.items() if other.modules is not loaded.modules}
             self.loaded[self.key(spec, target)] = loaded
+
+    def shared_load(self, spec: KernelSpec, sharing: tuple, target=None) -> LoadedModule | None:
+        """Another spec's load that is the import of `spec`'s package and holds `spec`'s module, fit for `target` (a
+        load for one target serves that target alone), as `spec`'s own; None when there is none."""
+        if spec.module is None or spec.source_file is not None:
+            return None
+        for key, other in self.loaded.items():
+            if other.sharing != sharing or spec.module not in other.package_load or spec.module not in other.modules:
+                continue
+            if len(key) > 3 and key[3] != getattr(target, "name", None):
+                continue   # made for another target: its modules may hold that target's answers
+            return LoadedModule(module=other.modules[spec.module], dependencies=other.dependencies,
+                                package_folders=other.package_folders, asked_target=other.asked_target,
+                                modules=other.modules, package_load=other.package_load, sharing=sharing)
+        return None
 
     def key(self, spec: KernelSpec, target=None) -> tuple:
         """The load of `spec` for `target`: one per spec, or one per target once its load asked the target."""
