@@ -21,7 +21,7 @@ from typing import Any
 from xisa.compile.installed import is_toolchain_module
 from xisa.compile.reads import (ENVIRONMENT_ENTRY, ENVIRONMENT_PACKAGES, dependency_files, file_sha256, hook_reads,
                                 is_project_module, package_folders, value_digest, watched_environment)
-from xisa.compile.state import WORKER, LoadedModule
+from xisa.compile.state import PREFIX_MARK, WORKER, LoadedModule
 from xisa.compile.target_driver import LoadTargetDriver, target_driver
 from xisa.compile.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, toolchain_variable
 from xisa.errors import SpecError
@@ -166,7 +166,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
         del sys.modules[name]
     before = set(sys.modules)
     dropped: dict[str, Any] = {}
-    after_top: set[str] = set()   # the top package's modules once its import ended (a `module:` spec)
+    after_top: set[str] = set()   # the package's modules once the import that imported the kernel's ended
     WORKER.reads, WORKER.env_reads = reads, variables = [], set()
     try:
         with watched_environment(), _from_source(), target_driver(target) as driver, \
@@ -193,7 +193,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
         sys.modules.update(set_aside)
         sys.path[:] = saved_path
         changed = _restore_process(saved_environ, saved_knobs)
-    package_load = frozenset(after_top) if spec.module in after_top else frozenset()
+    package_load = frozenset(after_top)
     if changed:
         raise SpecError(f"loading {spec.source_file.name if spec.source_file else spec.module} set {changed}: it "
                         "changes how Triton compiles this kernel and every later one in the process, so a result "
@@ -398,7 +398,8 @@ def _import_kernel_module(spec: KernelSpec, roots: list[Path], package: tuple[st
 def _import_dotted_module(spec: KernelSpec, after_top: set[str]):
     """`module: pkg.sub.mod` from sys.path, wherever it is installed, each parent package first: a parent whose
     `__init__.py` fails is named, one line (it runs before the kernel, and often imports a whole framework).
-    `after_top` gets the names of the top package's modules in sight once the top package's import ended."""
+    `after_top` gets the names of the top package's modules in sight once the import of the first parent package
+    that imported the kernel's module ended, and that package's name after `PREFIX_MARK`."""
     parts = spec.module.split(".")
     module = None
     for depth in range(1, len(parts) + 1):
@@ -418,8 +419,10 @@ def _import_dotted_module(spec: KernelSpec, after_top: set[str]):
             raise _import_failure(spec, name, depth == len(parts), exc) from None
         except Exception as exc:
             raise _import_failure(spec, name, depth == len(parts), exc) from None
-        if depth == 1:
-            after_top.update(n for n in sys.modules if n == name or n.startswith(name + "."))
+        if not after_top and spec.module in sys.modules:   # imported by this package's import (or by itself)
+            top = parts[0]
+            after_top.update(n for n in sys.modules if n == top or n.startswith(top + "."))
+            after_top.add(PREFIX_MARK + name)
     return module
 
 

@@ -127,6 +127,10 @@ def prepare_worker_toolchain() -> None:
     _reimport_backend_compilers()
     knobs.cache.manager_class = triton_cache_class(_TRITON_FALLBACK)
     ignore_reads_under(os.environ.get("TRITON_CACHE_DIR", ""), _TRITON_FALLBACK)   # a compile's own output
+    # A folder of this worker's own in the run's Triton cache, emptied after each cell: it holds one cell's stages
+    # at a time, however many cells the run compiles (what outlives the cell is in the back-end store).
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ.get("TRITON_CACHE_DIR", _TRITON_FALLBACK),
+                                                  f"worker-{os.getpid()}")
 
 
 def _reimport_backend_compilers() -> None:
@@ -154,6 +158,7 @@ def _compile_one(index: int) -> tuple[int, CellResult, dict[str, str | None] | N
     dependencies = kernel_dependencies(cell.kernel, cell.target)
     if dependencies is not None:   # and the installed code it could use: a reinstall with other code is a miss
         dependencies = {**dependencies, **installed_dependencies()}
+    shutil.rmtree(os.environ["TRITON_CACHE_DIR"], ignore_errors=True)   # this cell's stages: analyzed, kept
     return index, result, dependencies
 
 

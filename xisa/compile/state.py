@@ -15,6 +15,7 @@ from xisa.spec.cases import KernelSpec
 # Always the environment, wherever they are installed from (an editable Triton is still the toolchain): never a
 # project module, never loaded anew, never a package that keeps device answers.
 ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
+PREFIX_MARK = "<imported by> "   # in `LoadedModule.package_load`: the parent package whose import ended the load
 
 
 @dataclass
@@ -30,9 +31,10 @@ class LoadedModule:
     # packages that asked the device): in sight again while its cells compile, so a heuristic's lazy import finds
     # the load's own module, not a fresh copy that would stay behind with this target's answers.
     modules: dict[str, Any] = field(default_factory=dict)
-    # When the load was the import of the kernel's top package and nothing after it (the kernel's module among what
-    # that import imported, as fla's `__init__` imports every op): those modules' names. A spec of any of them, with
-    # the same package, pythonpath and import hooks (`sharing`), would load exactly this: it shares the load.
+    # A `module:` spec's load imports each parent package first; the first whose import imported the kernel's module
+    # (fla.ops, whose `__init__` imports every op) ended the load's code. Its name (after `PREFIX_MARK`) and the
+    # package's modules then: a spec of any of them below that package, with the same top package, pythonpath and
+    # import hooks (`sharing`), would run exactly the same imports, so it shares the load.
     package_load: frozenset[str] = frozenset()
     sharing: tuple = ()
 
@@ -99,6 +101,9 @@ class WorkerState:
         for key, other in self.loaded.items():
             if other.sharing != sharing or spec.module not in other.package_load or spec.module not in other.modules:
                 continue
+            if not any(name.startswith(PREFIX_MARK) and spec.module.startswith(name[len(PREFIX_MARK):] + ".")
+                       for name in other.package_load):
+                continue   # a load of B would import another parent package first
             if len(key) > 3 and key[3] != getattr(target, "name", None):
                 continue   # made for another target: its modules may hold that target's answers
             return LoadedModule(module=other.modules[spec.module], dependencies=other.dependencies,
