@@ -158,3 +158,17 @@ def gfx11_branch_change(project: Path) -> None:
     """Edit only the kernel branch of tinyproj that gfx11 targets compile (GFX11_PATH=True)."""
     source = project / "kernels" / "scale.py"
     source.write_text(source.read_text().replace("y = x * factor + 1.0", "y = x * factor + 3.0"))
+
+
+def compile_here(root: Path, cache: Path, *, use_cache: bool = True, jobs: int = 1) -> dict:
+    """Each cell's result (`cell.id` -> CellResult), compiled in this process through the calls `xisa check` makes
+    (one worker by default: the loads share it, as a long-lived worker's do)."""
+    from xisa.api import Selection, open_workspace
+    from xisa.compile.runner import RunOptions, run_cells
+
+    ws = open_workspace(cwd=root)
+    _, cells = Selection().cells(ws)
+    results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=cache,
+                        options=RunOptions(jobs=jobs, use_cache=use_cache))
+    assert all(r.ok for r in results), [r.error for r in results]
+    return {cell.id: result for cell, result in zip(cells, results)}

@@ -23,7 +23,6 @@ import xisa.compile.toolchain
 from xisa.golden import bless as bless_module
 from xisa.analyze.amdgcn import analyze_amdgcn
 from xisa.errors import GoldenError, SpecError, ToolchainError, XisaError
-from xisa.compile.toolchain import TRITON_CACHE_FOLDER
 from xisa.golden.store import golden_paths, read_golden, render_golden
 from xisa.names import CASE_NAME, KERNEL_NAME, MAX_NAME_LENGTH, check_name
 from xisa.compile.result import CellResult
@@ -592,17 +591,19 @@ def test_sharded_and_unsharded_fingerprints_are_identical(run_xisa, tinyproj):
     assert union == expected
 
 
-def test_triton_cache_cold_and_warm_give_the_same_fingerprints(run_xisa, tinyproj, tmp_path):
+def test_the_back_end_store_cold_and_warm_give_the_same_fingerprints(run_xisa, tinyproj, tmp_path):
     env = {"XISA_CACHE_DIR": str(tmp_path / "cache")}
-    triton_cache = tmp_path / "cache" / TRITON_CACHE_FOLDER
-    results = tmp_path / "cache" / "results"   # removed before each run, so Triton's cache is what is tested
+    backend = tmp_path / "cache" / "backend"
+    results = tmp_path / "cache" / "results"   # removed before each run, so the back-end store is what is tested
     cold = run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj, env=env)
     assert cold.code == 0, cold.err
-    assert any(triton_cache.rglob("*.amdgcn")), "the compile did not use xisa's private Triton cache"
+    assert any(backend.rglob("*.json")), "the compile did not record into xisa's back-end store"
+    assert not any(p.name.startswith("triton") for p in (tmp_path / "cache").iterdir())   # Triton's: one per run
     shutil.rmtree(results)
     warm = run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj, env=env)
     assert _fingerprints(warm) == _fingerprints(cold)
-    shutil.rmtree(triton_cache)
+    assert all(not cell["cached"] for cell in json.loads(warm.out)["cells"])
+    shutil.rmtree(backend)
     shutil.rmtree(results)
     emptied = run_xisa("compile", "--json", "--arch", "gfx942", cwd=tinyproj, env=env)
     assert _fingerprints(emptied) == _fingerprints(cold)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from support import FIXTURES, one_case_spec, write_files
-from xisa.compile.cache import TRITON, ResultCache, triton_cache_class, write_private
+from xisa.compile.cache import EntryStore, ResultCache, triton_cache_class, write_private
 from xisa.compile.result import CellResult
 
 HELPER = """import triton
@@ -277,11 +277,11 @@ def test_warm_check_sees_a_change_to_what_the_compile_used(run_xisa, tmp_path, u
     build, change = USED[used]
     root, cache = tmp_path / "proj", tmp_path / "cache"
     env = {"XISA_CACHE_DIR": str(cache), **build(root)}
-    assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0   # results and Triton's cache now warm
+    assert run_xisa("bless", "--jobs", "1", cwd=root, env=env).code == 0   # results and the back-end store now warm
     env.update(change(root))
     warm = run_xisa("check", "--jobs", "1", "--format", "json", cwd=root, env=env)
     assert warm.code == 1 and _verdicts(warm)["k:c@gfx942"][0] == "changed", warm.err
-    shutil.rmtree(cache / "results")     # Triton's cache alone must not answer for the old files either
+    shutil.rmtree(cache / "results")     # the back-end store alone must not answer for the old files either
     triton_only = run_xisa("check", "--jobs", "1", "--format", "json", cwd=root, env=env)
     assert triton_only.code == 1 and _verdicts(triton_only) == _verdicts(warm), triton_only.err
 
@@ -414,20 +414,21 @@ def test_cache_of_another_user_is_refused(run_xisa, tinyproj, tmp_path):
     assert entry.exists()                # refused, not emptied
 
 
-def _amdgcn_files(cache: Path) -> dict[Path, str]:
-    return {p: p.read_text() for p in (cache / TRITON).rglob("*.amdgcn")}
+def _backend_entries(cache: Path) -> dict[Path, dict]:
+    return {p: json.loads(p.read_text()) for p in (cache / "backend").rglob("*.json")}
 
 
-def test_no_cache_and_cache_clear_never_reuse_tritons_cache(run_xisa, tinyproj, tmp_path):
+def test_no_cache_and_cache_clear_never_reuse_the_back_end_store(run_xisa, tinyproj, tmp_path):
     cache = tmp_path / "cache"
     env = {"XISA_CACHE_DIR": str(cache)}
     assert run_xisa("bless", *SCALE_SMALL, cwd=tinyproj, env=env).code == 0
-    (old,) = _amdgcn_files(cache).values()
+    (old,) = _backend_entries(cache).values()
     source = tinyproj / "kernels" / "scale.py"
     source.write_text(source.read_text().replace("        y = x * factor\n", "        y = x * factor * factor\n"))
     assert run_xisa("compile", *SCALE_SMALL, cwd=tinyproj, env=env).code == 0
-    (swapped,) = [path for path, text in _amdgcn_files(cache).items() if text != old]
-    swapped.write_text(old)              # the edited kernel's artifact replaced by the blessed one's
+    (swapped,) = [path for path, data in _backend_entries(cache).items() if data["key"] != old["key"]]
+    body = {k: v for k, v in old.items() if k not in ("key", "digest")}
+    EntryStore(swapped.parent.parent).write(swapped.stem, body)   # the edited kernel's entry says the blessed one
     assert run_xisa("check", *SCALE_SMALL, "--no-cache", cwd=tinyproj, env=env).code == 1
     cleared = run_xisa("cache", "clear", cwd=tinyproj, env=env)
     assert cleared.code == 0 and sorted(p.name for p in cache.iterdir()) == []

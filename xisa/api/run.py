@@ -103,6 +103,8 @@ def restored_environment() -> Iterator[None]:
 def compile_cells(ws: Workspace, chosen: list[Target], cells: list[Cell], *, options: RunOptions,
                   progress: Progress = no_progress) -> Run:
     """One pool for the whole selection; results in the order of `cells`."""
+    if options.cache_limit is None:
+        options = dataclasses.replace(options, cache_limit=ws.project.cache_limit)
     with restored_environment(), progress(len(cells)) as advance:
         results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir,
                             options=options, progress=advance)

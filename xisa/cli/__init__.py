@@ -23,7 +23,7 @@ from xisa.cli.check import bless, check, diff, merge
 from xisa.cli.compile import compile_command
 from xisa.cli.device import device
 from xisa.cli.doctor import doctor
-from xisa.cli.inspect import cache_clear, kernels, targets
+from xisa.cli.inspect import cache_clear, cache_info, kernels, targets
 from xisa.cli.report import report
 from xisa.cli.ci import cache_key, shards
 from xisa.compile.runner import TORCH_WITHOUT_NUMPY
@@ -43,6 +43,7 @@ for name, command in (("check", check), ("bless", bless), ("diff", diff), ("merg
 app.command("ab-side", hidden=True)(ab_side)   # the half of `xisa ab` that runs in a side's own Python
 cache_app.command("clear")(cache_clear)
 cache_app.command("key")(cache_key)
+cache_app.command("info")(cache_info)
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

@@ -1,4 +1,4 @@
-"""`xisa targets`, `xisa kernels`, `xisa cache clear`: what the project holds."""
+"""`xisa targets`, `xisa kernels`, `xisa cache info`, `xisa cache clear`: what the project holds."""
 
 from __future__ import annotations
 
@@ -60,6 +60,32 @@ def kernels(spec: SpecOption = None, arch: ArchOption = None,
     out = stdout()
     out.print(table)
     out.print(f"{len(ws.specs)} kernels, {len(rows)} cases, {sum(len(r['targets']) for r in rows)} cells")
+
+
+def cache_info(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The cache: its size and limit, its entries, and where the last run's cells came from."""
+    from xisa.compile.cache_limit import cache_info as read_info
+
+    project = load_project()
+    info = read_info(project.cache_dir, project.cache_limit)
+    if as_json:
+        typer.echo(json.dumps({"schema": JSON_SCHEMA_VERSION, "kind": "cache", **info.to_json()}, indent=2))
+        return
+    typer.echo(f"folder: {info.folder}")
+    typer.echo(f"size: {_mib(info.size)} of a {_mib(info.limit)} limit ({info.size / info.limit:.0%}; "
+               "XISA_CACHE_SIZE or [tool.xisa] cache_size)")
+    typer.echo(f"entries: {info.results} results, {info.backend} back-end")
+    run = info.last_run
+    if run is None or not run.cells:
+        typer.echo("last run: none recorded")
+        return
+    typer.echo(f"last run: {run.cells} cells, hit rate {run.results / run.cells:.0%} ({run.results} from results, "
+               f"{run.backend} from the back-end store after a front-end pass, {run.compiled} compiled, "
+               f"{run.errors} errors)")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 1024 ** 2:.1f} MiB"
 
 
 def cache_clear() -> None:

@@ -5,10 +5,11 @@ and kernel files, the toolchain, the pinned environment and xisa's own code; eac
 carries a depfile: every project file the compile's kernel load imported or read, every environment
 variable it read (`$NAME`), and every project file the compile itself read, with their SHA-256, as
 recorded by the worker (`xisa.compile.loader.kernel_dependencies`). An entry whose depfile no longer matches
-is a miss (as ccache's manifests). Triton's own cache, behind it, is keyed on the kernel's source:
-its entries are salted with what the load read and carry what their compile read, so a miss here is
-never answered there from old files. A corrupt entry is a miss; an entry or folder that another
-user owns or could have written is refused: its results could be forged.
+is a miss (as ccache's manifests). Behind it, the back-end store (`backend_store.py`) answers a cell whose
+load changed but whose front end's output did not, after a load and a front-end pass. Triton's own cache lives
+for one run (a folder in the temp folder): its entries are salted with what the load read and carry what their
+compile read. A corrupt entry is a miss; an entry or folder that another user owns or could have written is
+refused: its results could be forged. The cache's size is bounded (`cache_limit.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -27,19 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from xisa.analyze.inline_asm import assembled_files
-from xisa.compile.installed import installed_digest
 from xisa.compile.reads import (compile_reads, dependency_digest, load_digest, note_compile_reads,
                                 reused_compile_reads)
 from xisa.errors import ToolchainError
 from xisa.fsio import write_atomic
 from xisa.compile.result import CellResult
+from xisa.compile.state import WORKER
 from xisa.spec.cases import Cell
-from xisa.compile.toolchain import PINNED_ENV, TRITON_CACHE_FOLDER, knobs_digest, unclassified_environment
+from xisa.compile.toolchain import PINNED_ENV, TRITON_CACHE_FOLDER, unclassified_environment
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3   # 3: entries are {key, digest, body...}; the back-end store (backend_store.py)
 RESULTS = "results"
-TRITON = TRITON_CACHE_FOLDER   # Triton's own cache, private to xisa (xisa.compile.toolchain)
-_OLD_TRITON = ("triton", "triton-2")   # what older xisa called it: `xisa cache clear` removes those too
+BACKEND = "backend"            # the back end's work by its front end's output (xisa.compile.backend_store)
+TRITON = TRITON_CACHE_FOLDER   # where older xisa kept Triton's own cache (now one per run, in the temp folder)
+STATS = "last-run.json"        # what the last run found in the cache (`xisa cache info`)
 TIMINGS = "timings.json"
 TRITON_ENTRY_READS = "xisa-reads.json"   # in each Triton cache entry: the files its compile read
 
@@ -116,10 +119,10 @@ def cell_key(cell: Cell, roots: tuple[Path, ...], *, knobs: dict[str, str] | Non
     return hashlib.sha256(blob).hexdigest()
 
 
-def knob_triton_cache(cache_dir: Path, knobs: dict[str, str]) -> Path | None:
-    """Triton's cache for a run with side knobs: a folder of their own inside xisa's Triton cache (Triton keys
-    its entries on some knobs only). None: the shared one."""
-    return cache_dir / TRITON / f"knobs-{knobs_digest(knobs)}" if knobs else None
+def legacy_triton_folder(name: str) -> bool:
+    """A Triton cache folder an older xisa kept in the cache folder (`triton`, `triton-2` ... `triton-5`): no xisa
+    reads it any more; `xisa cache clear` and the size limit remove it."""
+    return re.fullmatch(r"triton(-[0-9]+)?", name) is not None
 
 
 def _digest(record: dict[str, Any]) -> str:
@@ -154,12 +157,8 @@ def open_cache_folder(cache_dir: Path) -> None:
         raise ToolchainError(f"cannot use {cache_dir} as xisa's cache: {exc.strerror}", field="XISA_CACHE_DIR",
                              fix="point XISA_CACHE_DIR (or [tool.xisa] cache) at a writable folder") from None
     check_private(cache_dir, info, "cache folder")
-    for name in (RESULTS, TRITON):
+    for name in (RESULTS, BACKEND):
         _check_subfolder(cache_dir / name)
-    try:  # Triton makes its folders with the umask's mode: this one keeps them private
-        (cache_dir / TRITON).mkdir(mode=0o700, exist_ok=True)
-    except OSError:
-        pass  # a full disk: Triton's writes fall back to a temp folder (triton_cache_class)
 
 
 def _check_subfolder(path: Path) -> None:
@@ -174,7 +173,8 @@ def _check_subfolder(path: Path) -> None:
 
 
 def clear_cache(cache_dir: Path) -> int:
-    """Remove everything xisa keeps in `cache_dir` (results, Triton's cache, timings); the number of results.
+    """Remove everything xisa keeps in `cache_dir` (results, the back-end store, timings, an older xisa's Triton
+    cache); the number of results.
 
     A cache folder of another user is refused, not emptied; links are removed, never followed.
     """
@@ -187,7 +187,8 @@ def clear_cache(cache_dir: Path) -> int:
     results = cache_dir / RESULTS
     count = sum(1 for _ in results.rglob("*.json")) if results.is_dir() and not results.is_symlink() else 0
     for entry in cache_dir.iterdir():
-        if entry.name not in (RESULTS, TRITON, TIMINGS, *_OLD_TRITON) and not entry.name.startswith(".tmp-"):
+        if entry.name not in (RESULTS, BACKEND, TIMINGS, STATS) and not legacy_triton_folder(entry.name) \
+                and not entry.name.startswith(".tmp-"):
             continue  # not ours: leave it
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
@@ -198,14 +199,73 @@ def clear_cache(cache_dir: Path) -> int:
 
 # --- the result cache ------------------------------------------------------------------------------
 
-class ResultCache:
+class EntryStore:
+    """Entries of one JSON file each, `<folder>/<key[:2]>/<key>.json`, written atomically and read in one read of one
+    file, so a reader sees a whole entry or none (an entry evicted meanwhile is a miss). Each holds its key and a
+    digest of its body: a corrupt or misplaced entry is a miss. A hit touches the entry (least recently used goes
+    first: `xisa.compile.cache_limit`)."""
+
     def __init__(self, directory: Path):
-        self.directory = directory / RESULTS
-        self._file_hashes: dict[str, str | None] = {}   # one hash per file per run
+        self.directory = directory
         self._checked: set[Path] = set()
 
-    def _path(self, key: str) -> Path:
+    def path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """The body of `key`'s entry, None when absent or corrupt."""
+        path = self.path(key)
+        if path.parent not in self._checked:
+            _check_subfolder(path.parent)
+            self._checked.add(path.parent)
+        raw = read_entry(path)
+        try:
+            data = json.loads(raw) if raw is not None else None
+            if not isinstance(data, dict) or data.pop("key", None) != key:
+                return None
+            return data if data.pop("digest", None) == _digest(data) else None
+        except (ValueError, TypeError):
+            return None  # corrupt: compile again
+
+    def write(self, key: str, body: dict[str, Any]) -> None:
+        path = self.path(key)
+        text = json.dumps({"key": key, "digest": _digest(body), **body}, sort_keys=True)
+        try:
+            path.parent.parent.mkdir(exist_ok=True, mode=0o700)
+            path.parent.mkdir(exist_ok=True, mode=0o700)
+        except OSError:
+            return  # a cache that cannot be written only costs speed
+        write_private(path, text)
+
+
+def read_entry(path: Path) -> bytes | None:
+    """A cache entry's bytes, read through one descriptor (a link or another user's entry refused), and the entry
+    touched: its time is when it was last used. None when it is absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            check_private(path, path.lstat(), "cache entry")
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        check_private(path, os.fstat(handle.fileno()), "cache entry")
+        raw = handle.read()
+        try:
+            os.utime(handle.fileno())
+        except OSError:
+            pass   # a read-only cache: its order of use is not kept
+    return raw
+
+
+class ResultCache:
+    """A cell's result under its `cell_key`, with its depfile: a hit only while every file in it is unchanged."""
+
+    def __init__(self, directory: Path):
+        self.entries = EntryStore(directory / RESULTS)
+        self.directory = self.entries.directory
+        self._file_hashes: dict[str, str | None] = {}   # one hash per file per run
 
     def _file_hash(self, path: str) -> str | None:
         if path not in self._file_hashes:
@@ -216,34 +276,15 @@ class ResultCache:
         return all(self._file_hash(path) == digest for path, digest in dependencies.items())
 
     def get(self, key: str) -> CellResult | None:
-        path = self._path(key)
-        if path.parent not in self._checked:
-            _check_subfolder(path.parent)
-            self._checked.add(path.parent)
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except FileNotFoundError:
+        data = self.entries.read(key)
+        if data is None:
             return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                check_private(path, path.lstat(), "cache entry")
-            return None
-        with os.fdopen(fd, "rb") as handle:
-            check_private(path, os.fstat(handle.fileno()), "cache entry")
-            raw = handle.read()
         try:
-            data = json.loads(raw)
             dependencies = data["dependencies"]
-            if (data.get("key") != key or data.get("digest") != _digest({"result": data["result"],
-                                                                          "dependencies": dependencies})):
-                return None
             if not isinstance(dependencies, dict) or not dependencies or not self.dependencies_hold(dependencies):
                 return None  # a file the compile imported changed (or the entry has no depfile)
             result = CellResult.from_cache(data["result"])
-            stream = result.analysis.stream_text if result.analysis else ""
-            if result.analysis and hashlib.sha256(stream.encode()).hexdigest() != result.analysis.sha256:
-                return None
-            return result
+            return result if stream_holds(result.analysis) else None
         except (ValueError, KeyError, TypeError, AttributeError):
             return None  # corrupt: compile again
 
@@ -251,19 +292,16 @@ class ResultCache:
         # Only successful compiles with a depfile are kept: an error may come from a hang or a crash worth retrying.
         if not result.ok or not dependencies:
             return
-        path = self._path(key)
-        record = result.to_cache()
-        text = json.dumps({"key": key, "digest": _digest({"result": record, "dependencies": dependencies}),
-                           "result": record, "dependencies": dependencies}, sort_keys=True)
-        try:
-            path.parent.parent.mkdir(exist_ok=True, mode=0o700)
-            path.parent.mkdir(exist_ok=True, mode=0o700)
-        except OSError:
-            return  # a cache that cannot be written only costs speed
-        write_private(path, text)
+        self.entries.write(key, {"result": result.to_cache(), "dependencies": dependencies})
 
     def clear(self) -> int:
         return clear_cache(self.directory.parent)
+
+
+def stream_holds(analysis) -> bool:
+    """The stream an entry holds is the one its fingerprint was taken of."""
+    stream = analysis.stream_text if analysis else ""
+    return not analysis or hashlib.sha256(stream.encode()).hexdigest() == analysis.sha256
 
 
 def write_private(path: Path, text: str) -> bool:
@@ -313,9 +351,10 @@ def triton_cache_class(fallback: str):
     class PrivateTritonCache(FileCacheManager):
         def __init__(self, key, override=False, dump=False):
             # Triton's key holds the kernel's source, not what its module's load read (a table that a
-            # constexpr function returns from, a variable) nor the installed code it used: salted with
-            # those, an entry serves them alone.
-            salt = f"{load_digest()}:{installed_digest()}"
+            # constexpr function returns from, a variable): salted with that, an entry serves that load alone
+            # (two spec folders' tables in one run). The cache lives for one run, so installed code cannot change
+            # under it.
+            salt = load_digest()
             if salt:
                 key = hashlib.sha256(f"{key}:{salt}".encode()).hexdigest()
             try:
@@ -343,6 +382,8 @@ def triton_cache_class(fallback: str):
             return super().put_group(filename, group)
 
         def put(self, data, filename, binary=True) -> str:
+            if filename.endswith(".ttir") and WORKER.backend is not None:   # the front end's output, whole
+                WORKER.backend.at_front_end(str(data))   # raises BackendHit: the back end's work is stored
             if filename.endswith(".amdgcn") and isinstance(data, str):   # the assembler reads these next
                 note_compile_reads(assembled_files(data))
             try:

@@ -16,7 +16,8 @@ from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell
 from xisa.compile.loader import load_kernel_function
 from xisa.compile.ptxas import canonical_ptxas, ptx_file_paths
-from xisa.compile.reads import compiling
+from xisa.compile.backend_store import BackendHit, BackendStore, backend_reuse
+from xisa.compile.reads import compiling, reused_compile_reads
 from xisa.compile.standins import plain
 from xisa.compile.disassemble import kept_stages, machine_code
 from xisa.compile.result import CellResult
@@ -24,8 +25,10 @@ from xisa.errors import XisaError
 from xisa.spec.cases import Cell
 
 
-def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False) -> CellResult:
-    """Never raises for a cell-level problem: the error is the cell's result, so other cells go on.
+def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False, store: BackendStore | None = None,
+                 lookup: bool = True) -> CellResult:
+    """Never raises for a cell-level problem: the error is the cell's result, so other cells go on. `store`: the
+    back-end store this compile records into (and, with `lookup`, is answered from).
     Deprecation notices of the libraries a compile runs through (Triton, NumPy, torch, a kernel module's own
     imports) say nothing about the machine code and would bury the report: they are not printed."""
     with warnings.catch_warnings():
@@ -33,22 +36,37 @@ def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False) ->
             warnings.simplefilter("ignore", category)
         # Triton 3.8 says "tl.make_block_ptr is deprecated" as a plain UserWarning, once per traced call
         warnings.filterwarnings("ignore", message=r".* is deprecated\b", category=UserWarning)
-        return _compile_cell(cell, roots=roots, keep_stages=keep_stages)
+        return _compile_cell(cell, roots=roots, keep_stages=keep_stages, store=store,
+                             lookup=lookup and not keep_stages)
 
 
-def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellResult:
+def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: BackendStore | None,
+                  lookup: bool) -> CellResult:
     started = time.perf_counter()
     result = CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="error")
     bound = None
+    sources = SourceFiles(roots, cell.kernel.pythonpath)   # ptxas's file names, the store key's and the table's
     try:
         fn = load_kernel_function(cell.kernel, roots=roots, target=cell.target)
         with compiling(cell.kernel, cell.target):   # what the compile reads is a dependency as well
             bound = bind_cell(cell, fn)
             result.binding = bound.signature_record()
             result.options = bound.options_record()
-            sources = SourceFiles(roots, cell.kernel.pythonpath)   # ptxas's file names, then the table's
-            compiled = _triton_compile(bound, cell, sources)
-        result.analysis = analyze_compiled(cell, compiled, bound.options, sources=sources)
+            with backend_reuse(store, cell, bound, sources.path_of, lookup=lookup) as reuse:
+                try:
+                    compiled, reads = _triton_compile(bound, cell, sources), None
+                    if reuse is not None:
+                        reads = reuse.back_end_reads()
+                except BackendHit as hit:   # the back end's work for this front end's output, stored
+                    compiled, analysis = None, hit.analysis
+                    reused_compile_reads(hit.reads)   # what it read is what this cell's depfile must hold
+                    result.reused_backend = True
+        if compiled is not None:
+            analysis = backend_analysis(cell, compiled, bound.options)
+            if reuse is not None:
+                reuse.record(compiled, analysis, reads)   # before `shown`: the store keeps the compiler's paths
+            learn_ptx_names(compiled, sources)
+        result.analysis = shown(analysis, sources)
         result.status = "ok"
         if keep_stages:   # for `--emit`: every stage, the assembly as Triton spells it
             result.stages = kept_stages(cell.target.handler, compiled)
@@ -64,7 +82,7 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool) -> CellRe
     return result
 
 
-def _triton_compile(bound, cell: Cell, sources: SourceFiles):
+def _triton_compile(bound, cell: Cell, sources: "SourceFiles"):
     import triton
     from triton.compiler import ASTSource
 
@@ -78,6 +96,15 @@ def _triton_compile(bound, cell: Cell, sources: SourceFiles):
 def analyze_compiled(cell: Cell, compiled, options, *, sources: SourceFiles | None = None) -> Analysis:
     """The cell's analysis, its stage fingerprints, its source-line table and each instruction's source location
     (paths made relative by `sources`, the one that named ptxas's files: it knows what those names stand for)."""
+    sources = sources or SourceFiles((), cell.kernel.pythonpath)
+    analysis = backend_analysis(cell, compiled, options)
+    learn_ptx_names(compiled, sources)
+    return shown(analysis, sources)
+
+
+def backend_analysis(cell: Cell, compiled, options) -> Analysis:
+    """What the back end's output says: the analysis and its stage fingerprints, source locations as the compiler
+    wrote them (a function of the front end's output, the options and the target: what the back-end store keeps)."""
     target = cell.target
     handler = target.handler
     assembly, binary, binary_facts = machine_code(handler, compiled)
@@ -87,9 +114,19 @@ def analyze_compiled(cell: Cell, compiled, options, *, sources: SourceFiles | No
     analysis.metadata = launch_metadata(compiled.metadata, options)
     analysis.stages = stage_fingerprints(handler, compiled.asm, analysis,
                                          kernel=getattr(compiled.metadata, "name", None))
-    sources = sources or SourceFiles((), cell.kernel.pythonpath)
+    return analysis
+
+
+def learn_ptx_names(compiled, sources: "SourceFiles") -> None:
+    """What the SASS's relative names stand for (the PTX's `.file` paths), also where Triton's cache ran no ptxas.
+    A back-end store hit has no PTX: the key's own paths (and folders) were shown through `sources` already."""
     for path in ptx_file_paths((getattr(compiled, "asm", None) or {}).get("ptx") or ""):
-        sources.path_of(path)   # what the SASS's relative names stand for, also where Triton's cache ran no ptxas
+        sources.path_of(path)
+
+
+def shown(analysis: Analysis, sources: "SourceFiles") -> Analysis:
+    """`analysis` with its source-line table and per-instruction locations as this project shows them: paths from
+    `sources`, each line's text read from its file now."""
     analysis.lines = lines.resolve(analysis.lines, path_of=sources.path_of, text_of=sources.text_of)
     analysis.locs = [sources.location(loc) for loc in analysis.locs]
     return analysis

@@ -131,6 +131,15 @@ def installed_dependencies() -> dict[str, str | None]:
     return dict(sorted(entries.items()))
 
 
+def is_toolchain_module(name: str) -> bool:
+    """A module of xisa's toolchain (Triton, torch and what they require: sympy, networkx, jinja2, ...)."""
+    top = name.partition(".")[0]
+    if top in TOOLCHAIN_ROOTS:
+        return True
+    owner, _ = _distributions_by_top_level(tuple(sys.path)).get(top, (None, None))
+    return owner in toolchain_distributions()
+
+
 def warm_installed() -> None:
     """Read the installed distributions' metadata now (before workers fork), not once per worker."""
     toolchain_distributions()

@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from xisa.compile.installed import is_toolchain_module
 from xisa.compile.reads import (ENVIRONMENT_ENTRY, ENVIRONMENT_PACKAGES, dependency_files, file_sha256, hook_reads,
                                 is_project_module, package_folders, value_digest, watched_environment)
-from xisa.compile.state import WORKER, LoadedModule
+from xisa.compile.state import PREFIX_MARK, WORKER, LoadedModule
 from xisa.compile.target_driver import LoadTargetDriver, target_driver
 from xisa.compile.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, toolchain_variable
 from xisa.errors import SpecError
@@ -37,7 +38,7 @@ def load_kernel_object(spec: KernelSpec, *, roots: list[Path], target=None):
     """
     loaded = WORKER.loaded_for(spec, target)
     if loaded is None:
-        loaded = _load_isolated(spec, roots, target)
+        loaded = WORKER.shared_load(spec, _sharing(spec), target) or _load_isolated(spec, roots, target)
         if loaded.asked_target:
             WORKER.per_target.add(WORKER.key(spec))
         WORKER.loaded[WORKER.key(spec, target)] = loaded
@@ -165,6 +166,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
         del sys.modules[name]
     before = set(sys.modules)
     dropped: dict[str, Any] = {}
+    after_top: set[str] = set()   # the package's modules once the import that imported the kernel's ended
     WORKER.reads, WORKER.env_reads = reads, variables = [], set()
     try:
         with watched_environment(), _from_source(), target_driver(target) as driver, \
@@ -172,7 +174,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
             sys.path[:0] = [str(folder) for folder in spec.pythonpath]   # [tool.xisa] pythonpath, ahead of the rest
             for hook in spec.import_hooks:
                 hooks.enter_context(_import_hook(hook, target, driver))
-            module = _import_kernel_module(spec, roots, package)
+            module = _import_kernel_module(spec, roots, package, after_top)
         WORKER.reads, WORKER.env_reads = None, None  # hashing the files below reads them too
         added = {name: sys.modules[name] for name in set(sys.modules) - before}
         folders = package_folders(added, top)
@@ -191,6 +193,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
         sys.modules.update(set_aside)
         sys.path[:] = saved_path
         changed = _restore_process(saved_environ, saved_knobs)
+    package_load = frozenset(after_top)
     if changed:
         raise SpecError(f"loading {spec.source_file.name if spec.source_file else spec.module} set {changed}: it "
                         "changes how Triton compiles this kernel and every later one in the process, so a result "
@@ -198,7 +201,15 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
                         field="source" if spec.source_file else "module",
                         fix="remove the setting from the module (xisa compiles every kernel as a default launch)")
     return LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())),
-                        package_folders=folders, asked_target=driver.asked_target, modules=dropped)
+                        package_folders=folders, asked_target=driver.asked_target, modules=dropped,
+                        package_load=package_load, sharing=_sharing(spec))
+
+
+def _sharing(spec: KernelSpec) -> tuple:
+    """What two `module:` specs' loads must have in common to be one load: the top package, the folders ahead of
+    sys.path, the import hooks."""
+    return (spec.module.partition(".")[0] if spec.module else None, tuple(map(str, spec.pythonpath)),
+            tuple(map(str, spec.import_hooks)))
 
 
 IMPORT_HOOK = "xisa_import_hook"
@@ -248,17 +259,38 @@ def _first_line(exc: Exception) -> str:
     return lines[0] if lines else ""
 
 
+# Code objects by (path, SHA-256 of the source bytes): a process compiles each text once, however many loads import
+# it (a library imported anew for each target). Keyed by content, never by mtime.
+_COMPILED: dict[tuple[str, str], types.CodeType] = {}
+
+
 @contextlib.contextmanager
 def _from_source() -> Iterator[None]:
-    """Compile the modules a load imports from source and write no bytecode: no __pycache__ is found under a
-    prefix below os.devnull, which is never a folder."""
-    saved = sys.dont_write_bytecode, sys.pycache_prefix
-    sys.dont_write_bytecode, sys.pycache_prefix = True, os.path.join(os.devnull, "xisa")
+    """Compile the modules a load imports from source (the toolchain's aside) and write no bytecode; a text compiled
+    before in this process is not compiled again."""
+    import hashlib
+    from importlib.machinery import SourceFileLoader
+
+    saved = sys.dont_write_bytecode
+    get_code = SourceFileLoader.get_code
+
+    def code_from_source(loader, fullname):
+        if is_toolchain_module(fullname):   # keyed as the toolchain, not per cell: imported as usual (a library's
+            return get_code(loader, fullname)   # `torch.compiler.disable` imports torch._dynamo, sympy, networkx ...)
+        path = loader.get_filename(fullname)
+        data = loader.get_data(path)
+        key = (path, hashlib.sha256(data).hexdigest())
+        if key not in _COMPILED:
+            _COMPILED[key] = loader.source_to_code(data, path)
+        return _COMPILED[key]
+
+    sys.dont_write_bytecode = True
+    SourceFileLoader.get_code = code_from_source
     try:
         yield
     finally:
-        sys.dont_write_bytecode, sys.pycache_prefix = saved
-
+        sys.dont_write_bytecode = saved
+        SourceFileLoader.get_code = get_code
 
 
 def _knob_settings() -> dict[str, dict[str, Any]]:
@@ -338,7 +370,8 @@ def _import_package_module(spec: KernelSpec, module_name: str, folder: Path):
     return module
 
 
-def _import_kernel_module(spec: KernelSpec, roots: list[Path], package: tuple[str, Path] | None = None):
+def _import_kernel_module(spec: KernelSpec, roots: list[Path], package: tuple[str, Path] | None = None,
+                          after_top: set[str] | None = None):
     if spec.source_file is not None:
         source = spec.source_file
         if not any(_within(source, root) for root in roots):
@@ -359,12 +392,14 @@ def _import_kernel_module(spec: KernelSpec, roots: list[Path], package: tuple[st
             raise SpecError(f"importing {source.name} failed: {type(exc).__name__}: {exc}",
                             path=spec.spec_path, field="source") from None
         return module
-    return _import_dotted_module(spec)
+    return _import_dotted_module(spec, after_top if after_top is not None else set())
 
 
-def _import_dotted_module(spec: KernelSpec):
+def _import_dotted_module(spec: KernelSpec, after_top: set[str]):
     """`module: pkg.sub.mod` from sys.path, wherever it is installed, each parent package first: a parent whose
-    `__init__.py` fails is named, one line (it runs before the kernel, and often imports a whole framework)."""
+    `__init__.py` fails is named, one line (it runs before the kernel, and often imports a whole framework).
+    `after_top` gets the names of the top package's modules in sight once the import of the first parent package
+    that imported the kernel's module ended, and that package's name after `PREFIX_MARK`."""
     parts = spec.module.split(".")
     module = None
     for depth in range(1, len(parts) + 1):
@@ -384,6 +419,10 @@ def _import_dotted_module(spec: KernelSpec):
             raise _import_failure(spec, name, depth == len(parts), exc) from None
         except Exception as exc:
             raise _import_failure(spec, name, depth == len(parts), exc) from None
+        if not after_top and spec.module in sys.modules:   # imported by this package's import (or by itself)
+            top = parts[0]
+            after_top.update(n for n in sys.modules if n == top or n.startswith(top + "."))
+            after_top.add(PREFIX_MARK + name)
     return module
 
 

@@ -176,19 +176,25 @@ def _load_in_sight(loaded) -> Iterator[None]:
         sys.modules.update(others)
 
 
-def compile_reads() -> dict[str, str | None]:
-    """The project files the compile under way has read so far -> SHA-256, with those of a cache entry it reused."""
+def compile_reads(since: int = 0) -> dict[str, str | None]:
+    """The project files the compile under way has read so far (from its `since`th read on) -> SHA-256, with those
+    of a cache entry it reused."""
     under_way = WORKER.compiling
     if under_way is None:
         return {}
     recording, WORKER.reads = WORKER.reads, None  # hashing reads the files too
     try:
-        paths = [path for path in under_way.reads
+        paths = [path for path in under_way.reads[since:]
                  if not os.path.abspath(path).startswith((*WORKER.output_folders, _XISA_FOLDER))]
         return {**dependency_files({}, paths, package_folders=under_way.loaded.package_folders),
                 **under_way.reused}
     finally:
         WORKER.reads = recording
+
+
+def reads_so_far() -> int:
+    """How many files the compile under way has read: `compile_reads(since=...)` counts from here."""
+    return len(WORKER.compiling.reads) if WORKER.compiling is not None else 0
 
 
 def note_compile_reads(paths: list[str]) -> None:

@@ -25,6 +25,8 @@ class CellResult(NamedByCell):
     seconds: float = 0.0
     stages: dict[str, str | bytes] = field(default_factory=dict, repr=False)
     cached: bool = False
+    # Compiled by this run's front end, its back end's work found in xisa's back-end store (`backend_store.py`).
+    reused_backend: bool = False
     # Whether one workgroup fits the target, judged with the spec's `launchable` (`xisa.api.run.judge_launches`);
     # derived from the analysis, the options and the target file, so never cached nor written to a golden.
     launch: Launch | None = None
@@ -64,22 +66,31 @@ class CellResult(NamedByCell):
     def to_cache(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel, "case": self.case, "target": self.target, "status": self.status,
-            "error": self.error, "error_kind": self.error_kind,
-            "analysis": self.analysis.to_record() if self.analysis else None,
-            "stream": self.analysis.stream_text if self.analysis else "",
-            # source lines, outside the record, as runs [loc, count] in stream order (neighbours share a line:
-            # ~40x smaller than a loc per instruction, which a warm check would read for every cell)
-            "loc_runs": [[loc, len(list(run))] for loc, run in itertools.groupby(self.analysis.locs)]
-            if self.analysis and any(self.analysis.locs) else [],
+            "error": self.error, "error_kind": self.error_kind, **analysis_to_cache(self.analysis),
             "binding": self.binding, "options": self.options, "seconds": self.seconds,
         }
 
     @classmethod
     def from_cache(cls, data: dict[str, Any]) -> "CellResult":
-        analysis = Analysis.from_record(data["analysis"], data["stream"]) if data.get("analysis") else None
-        if analysis is not None:
-            analysis.locs = [loc for loc, count in data.get("loc_runs") or [] for _ in range(count)]
         return cls(kernel=data["kernel"], case=data["case"], target=data["target"], status=data["status"],
-                   error=data["error"], error_kind=data.get("error_kind"), analysis=analysis,
+                   error=data["error"], error_kind=data.get("error_kind"), analysis=analysis_from_cache(data),
                    binding=data["binding"], options=data["options"], seconds=data["seconds"], cached=True)
 
+
+def analysis_to_cache(analysis: Analysis | None) -> dict[str, Any]:
+    """An analysis as a cache entry keeps it: its record, its stream, and its source lines outside the record, as
+    runs [loc, count] in stream order (neighbours share a line: ~40x smaller than a loc per instruction, which a
+    warm check would read for every cell)."""
+    return {
+        "analysis": analysis.to_record() if analysis else None,
+        "stream": analysis.stream_text if analysis else "",
+        "loc_runs": [[loc, len(list(run))] for loc, run in itertools.groupby(analysis.locs)]
+        if analysis and any(analysis.locs) else [],
+    }
+
+
+def analysis_from_cache(data: dict[str, Any]) -> Analysis | None:
+    analysis = Analysis.from_record(data["analysis"], data["stream"]) if data.get("analysis") else None
+    if analysis is not None:
+        analysis.locs = [loc for loc, count in data.get("loc_runs") or [] for _ in range(count)]
+    return analysis

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from xisa.compile.loader import kernel_dependencies
 from xisa.compile.reads import ignore_reads_under
-from xisa.compile.cache import (ResultCache, Timings, cell_key, knob_triton_cache, open_cache_folder,
-                                triton_cache_class)
+from xisa.compile.backend_store import BackendStore
+from xisa.compile.cache import ResultCache, Timings, cell_key, open_cache_folder, triton_cache_class
+from xisa.compile.cache_limit import RunCounts, default_limit, trim_cache
 from xisa.compile.cell import compile_cell
 from xisa.compile.installed import installed_dependencies, warm_installed
 from xisa.compile.result import CellResult
@@ -37,6 +38,8 @@ _ROOTS: list[Path] = []
 _KEEP_STAGES = False
 _PARENT_PID = 0
 _TRITON_FALLBACK = ""   # where Triton's cache writes go when the cache folder cannot take them
+_CACHE_DIR: Path | None = None   # the back-end store's cache folder
+_LOOKUP = True                   # whether the back-end store answers (False: --no-cache)
 
 
 def available_cores() -> int:
@@ -55,6 +58,7 @@ class RunOptions:
     # An `xisa ab` side's codegen knobs (NAME -> value), set over the pinned environment for this run only:
     # part of every result's cache key, with a Triton cache folder of their own.
     knobs: dict[str, str] = field(default_factory=dict)
+    cache_limit: int | None = None   # bytes the cache folder may hold (None: XISA_CACHE_SIZE or the default)
 
 
 # torch warns on import when NumPy is not installed (xisa's install does not need it): not xisa's report.
@@ -123,6 +127,10 @@ def prepare_worker_toolchain() -> None:
     _reimport_backend_compilers()
     knobs.cache.manager_class = triton_cache_class(_TRITON_FALLBACK)
     ignore_reads_under(os.environ.get("TRITON_CACHE_DIR", ""), _TRITON_FALLBACK)   # a compile's own output
+    # A folder of this worker's own in the run's Triton cache, emptied after each cell: it holds one cell's stages
+    # at a time, however many cells the run compiles (what outlives the cell is in the back-end store).
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ.get("TRITON_CACHE_DIR", _TRITON_FALLBACK),
+                                                  f"worker-{os.getpid()}")
 
 
 def _reimport_backend_compilers() -> None:
@@ -145,10 +153,12 @@ def _reimport_backend_compilers() -> None:
 def _compile_one(index: int) -> tuple[int, CellResult, dict[str, str | None] | None]:
     """A cell's result and its depfile: the project files its kernel's load imported, with their hashes."""
     cell = _CELLS[index]
-    result = compile_cell(cell, roots=_ROOTS, keep_stages=_KEEP_STAGES)
+    store = BackendStore(_CACHE_DIR) if _CACHE_DIR is not None else None
+    result = compile_cell(cell, roots=_ROOTS, keep_stages=_KEEP_STAGES, store=store, lookup=_LOOKUP)
     dependencies = kernel_dependencies(cell.kernel, cell.target)
     if dependencies is not None:   # and the installed code it could use: a reinstall with other code is a miss
         dependencies = {**dependencies, **installed_dependencies()}
+    shutil.rmtree(os.environ["TRITON_CACHE_DIR"], ignore_errors=True)   # this cell's stages: analyzed, kept
     return index, result, dependencies
 
 
@@ -221,20 +231,25 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
                 if progress:
                     progress(result)
         timings.update([results[i] for i in todo])
+    counts = RunCounts.of(results)   # type: ignore[arg-type]
+    counts.write(cache_dir)
+    if todo:   # only a run that added entries can have grown the cache past its limit
+        trim_cache(cache_dir, options.cache_limit if options.cache_limit is not None else default_limit())
     return results  # type: ignore[return-value]
 
 
 def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
-    global _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK, _PARENT_PID
-    # --no-cache compiles from nothing: Triton's cache too is a fresh, empty folder for this run.
+    global _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK, _PARENT_PID, _CACHE_DIR, _LOOKUP
+    # Triton's cache is a fresh, empty folder for each run: what it would keep across runs the back-end store
+    # keeps, bounded, under a key that holds what the compile consumed (Triton's holds the source alone).
     fresh = fallback = None
     try:
-        fresh = None if options.use_cache else _scratch_folder("xisa-triton-", cache_dir)
+        fresh = _scratch_folder("xisa-triton-", cache_dir)
         fallback = _scratch_folder("xisa-triton-fallback-", cache_dir)
-        apply_pinned_env(cache_dir, triton_cache=fresh or knob_triton_cache(cache_dir, options.knobs),
-                         knobs=options.knobs)
+        apply_pinned_env(cache_dir, triton_cache=fresh, knobs=options.knobs)
         import_compile_modules()
         _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK = cells, list(roots), options.keep_stages, str(fallback)
+        _CACHE_DIR, _LOOKUP = cache_dir, options.use_cache
         _PARENT_PID = os.getpid()
         yield from _pool(cells, todo, options)
     finally:

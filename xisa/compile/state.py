@@ -15,6 +15,7 @@ from xisa.spec.cases import KernelSpec
 # Always the environment, wherever they are installed from (an editable Triton is still the toolchain): never a
 # project module, never loaded anew, never a package that keeps device answers.
 ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
+PREFIX_MARK = "<imported by> "   # in `LoadedModule.package_load`: the parent package whose import ended the load
 
 
 @dataclass
@@ -30,6 +31,12 @@ class LoadedModule:
     # packages that asked the device): in sight again while its cells compile, so a heuristic's lazy import finds
     # the load's own module, not a fresh copy that would stay behind with this target's answers.
     modules: dict[str, Any] = field(default_factory=dict)
+    # A `module:` spec's load imports each parent package first; the first whose import imported the kernel's module
+    # (fla.ops, whose `__init__` imports every op) ended the load's code. Its name (after `PREFIX_MARK`) and the
+    # package's modules then: a spec of any of them below that package, with the same top package, pythonpath and
+    # import hooks (`sharing`), would run exactly the same imports, so it shares the load.
+    package_load: frozenset[str] = frozenset()
+    sharing: tuple = ()
 
 
 @dataclass
@@ -52,6 +59,8 @@ class WorkerState:
     # Variables read through os.environ while a kernel module loads (None: no load under way).
     env_reads: set[str] | None = None
     compiling: CompileUnderWay | None = None
+    # The back-end store's part in the compile under way (`xisa.compile.backend_store.BackendReuse`; None: off).
+    backend: Any = None
     # Folders whose files a compile reads as its own output (Triton's cache), never a dependency.
     output_folders: tuple[str, ...] = ()
     # The audit hook is installed (once per process: a hook cannot be removed, so `reset` keeps this).
@@ -73,14 +82,34 @@ class WorkerState:
 
     def mark_per_target(self, spec: KernelSpec, target) -> None:
         """A compile of `spec` asked the device: its load is one per target from now on (the one in hand becomes
-        `target`'s, the other targets load anew)."""
+        `target`'s, the other targets load anew, and so do other specs sharing its modules: they may hold the
+        answers for `target` now)."""
         key = self.key(spec)
         if key in self.per_target:
             return
         loaded = self.loaded.pop(key, None)
         self.per_target.add(key)
         if loaded is not None:
+            self.loaded = {k: other for k, other in self.loaded.items() if other.modules is not loaded.modules}
             self.loaded[self.key(spec, target)] = loaded
+
+    def shared_load(self, spec: KernelSpec, sharing: tuple, target=None) -> LoadedModule | None:
+        """Another spec's load that is the import of `spec`'s package and holds `spec`'s module, fit for `target` (a
+        load for one target serves that target alone), as `spec`'s own; None when there is none."""
+        if spec.module is None or spec.source_file is not None:
+            return None
+        for key, other in self.loaded.items():
+            if other.sharing != sharing or spec.module not in other.package_load or spec.module not in other.modules:
+                continue
+            if not any(name.startswith(PREFIX_MARK) and spec.module.startswith(name[len(PREFIX_MARK):] + ".")
+                       for name in other.package_load):
+                continue   # a load of B would import another parent package first
+            if len(key) > 3 and key[3] != getattr(target, "name", None):
+                continue   # made for another target: its modules may hold that target's answers
+            return LoadedModule(module=other.modules[spec.module], dependencies=other.dependencies,
+                                package_folders=other.package_folders, asked_target=other.asked_target,
+                                modules=other.modules, package_load=other.package_load, sharing=sharing)
+        return None
 
     def key(self, spec: KernelSpec, target=None) -> tuple:
         """The load of `spec` for `target`: one per spec, or one per target once its load asked the target."""
@@ -97,6 +126,7 @@ class WorkerState:
         self.reads = None
         self.env_reads = None
         self.compiling = None
+        self.backend = None
         self.output_folders = ()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,9 @@ from xisa.names import display_path
 
 BUNDLED_TARGETS = Path(__file__).resolve().parent.parent / "_targets"         # in an installed wheel
 REPO_TARGETS = Path(__file__).resolve().parent.parent.parent / "targets"     # in a source checkout
-_SETTINGS = {"specs", "targets", "golden", "stream_files", "cache", "pythonpath", "import_hooks"}
+_SETTINGS = {"specs", "targets", "golden", "stream_files", "cache", "cache_size", "pythonpath", "import_hooks"}
+DEFAULT_CACHE_SIZE = 2 * 1024 ** 3   # bytes: ~20,000 cells of this repository's corpus (~100 KB a result)
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B?)\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -27,9 +30,27 @@ class Project:
     kernel_roots: tuple[Path, ...] = field(default=())
     pythonpath: tuple[Path, ...] = field(default=())     # put ahead of sys.path for every kernel load
     import_hooks: tuple[Path, ...] = field(default=())   # run before every kernel load (stubs of GPU queries)
+    cache_limit: int = DEFAULT_CACHE_SIZE                # bytes the cache folder may hold
 
     def display(self, path: Path) -> str:
         return display_path(path, self.root)
+
+
+def parse_cache_size(value, *, path: str, field: str) -> int:
+    """A cache size: bytes as a number, or a string such as "500MB", "2GiB", "1.5G" (K, M, G, T are powers of 1024)."""
+    match = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if match is None or float(match.group(1)) <= 0:
+        raise SpecError(f"{value!r} is not a cache size", path=path, field=field,
+                        fix='a number of bytes or a size such as "500MB" or "2GiB"')
+    return int(float(match.group(1)) * 1024 ** " KMGT".index(match.group(2).upper() or " "))
+
+
+def cache_size_from_environment() -> int | None:
+    """XISA_CACHE_SIZE, None when unset."""
+    value = os.environ.get("XISA_CACHE_SIZE")
+    return parse_cache_size(value, path="the environment", field="XISA_CACHE_SIZE") if value else None
 
 
 def find_root(start: Path) -> tuple[Path, Path | None]:
@@ -140,6 +161,9 @@ def load_project(*, cwd: Path | None = None, spec: list[Path] | None = None, gol
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         cache_dir = base / "xisa"
+    cache_limit = cache_size_from_environment() or (
+        parse_cache_size(settings["cache_size"], path=str(config_file), field="tool.xisa.cache_size")
+        if "cache_size" in settings else DEFAULT_CACHE_SIZE)
     _refuse_links_below(root, golden_dir)
     shown = display_path(config_file, root) if config_file is not None else "pyproject.toml"
     pythonpath = project_entries(settings, "pythonpath", root, path=shown, kind="folder")
@@ -149,4 +173,5 @@ def load_project(*, cwd: Path | None = None, spec: list[Path] | None = None, gol
         roots.add((path if path.is_dir() else path.parent).resolve())
     return Project(root=root, spec_paths=tuple(spec_paths), target_dirs=tuple(target_dirs), golden_dir=golden_dir,
                    stream_files=stream_files, cache_dir=cache_dir, config_file=config_file,
-                   kernel_roots=tuple(sorted(roots)), pythonpath=pythonpath, import_hooks=import_hooks)
+                   kernel_roots=tuple(sorted(roots)), pythonpath=pythonpath, import_hooks=import_hooks,
+                   cache_limit=cache_limit)

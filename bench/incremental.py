@@ -1,0 +1,191 @@
+"""Benchmark: what an edit costs a library's check (issue 24, item 1), side by side in one run.
+
+An adopter of fla-core 0.6.0 (its `__init__` imports every op, so each kernel's load reads the whole library):
+
+    python bench/incremental.py                                   # the fla-core wheel of /work/main/.libs
+    python bench/incremental.py --wheel PATH --arch gfx942 --arch sm_90
+
+Installs the wheel (and einops) into a folder on PYTHONPATH, captures specs the way the README's fla section does
+(`xisa capture --no-run --config-policy first` of examples/fla/run_fla.py), then times `xisa check` on the same
+cells: cold (empty cache), warm, after a one-line edit to one kernel, with the edit restored, after an unrelated
+`pip install` (into a folder that is on PYTHONPATH from the start), and after a comment edit elsewhere in the package.
+Each line: seconds, the share of cold, and where the cells came from (`xisa cache info`: result entries, the
+back-end store after a load and a front-end pass, compiled). Every check's verdicts are asserted: the edit changes
+exactly the cells whose code changed, every other step changes none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WHEEL = Path("/work/main/.libs/fla_core-0.6.0-py3-none-any.whl")
+TARGETS = ("gfx942", "sm_90", "gfx1100", "sm_80")   # 30 captured cases: 120 cells
+# The one-line edit: the forward (not reversed) cumsum of one kernel; the reversed case's code stays as it was.
+EDITED = "fla/ops/utils/cumsum.py"
+KERNEL_DEF = "def chunk_local_cumsum_scalar_kernel("
+LINE = "        b_o = tl.cumsum(b_s, axis=0)\n"
+EDIT = "        b_o = tl.cumsum(b_s, axis=0) + 1.0\n"
+COMMENTED = "fla/__init__.py"   # imported by every load; holds no kernel
+
+
+def unrelated_wheel(folder: Path) -> Path:
+    """A wheel of a package nothing imports (a real one from an index works the same: --unrelated NAME)."""
+    name, files = "unrelatedpkg", {"unrelatedpkg/__init__.py": b"VALUE = 1\n"}
+    info = f"{name}-1.0.dist-info"
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode()
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    rows = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+            f"{len(data)}" for path, data in files.items()]
+    files[f"{info}/RECORD"] = ("\n".join(rows + [f"{info}/RECORD,,"]) + "\n").encode()
+    wheel = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel
+
+
+class Adopter:
+    def __init__(self, work: Path, targets: list[str], kernels: list[str]):
+        self.work, self.site, self.extra = work, work / "site", work / "extra"
+        self.project, self.cache = work / "proj", work / "cache"
+        self.targets, self.errors = targets, []
+        self.arch = [flag for target in targets for flag in ("--arch", target)] + \
+            [flag for kernel in kernels for flag in ("--kernel", kernel)]
+        self.env = {**os.environ, "XISA_CACHE_DIR": str(self.cache),
+                    "PYTHONPATH": os.pathsep.join([str(REPO), str(self.site), str(self.extra)])}
+
+    def pip(self, *args: str) -> None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args], check=True,
+                       env=self.env)
+
+    def xisa(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "xisa", *args], cwd=self.project, env=self.env,
+                              capture_output=True, text=True)
+
+    def set_up(self, wheel: Path) -> None:
+        self.extra.mkdir(parents=True)
+        self.pip("--target", str(self.site), str(wheel), "einops")
+        self.project.mkdir()
+        shutil.copy(REPO / "examples" / "fla" / "run_fla.py", self.project)
+        (self.project / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["captured"]\n')
+        self.xisa("capture", "--no-run", "--config-policy", "first", "--no-check", "--", sys.executable, "run_fla.py")
+        if not any((self.project / "captured").glob("*.yaml")):
+            sys.exit("bench: the capture wrote no spec")
+
+    def check(self) -> tuple[float, int, dict[str, int], dict]:
+        started = time.perf_counter()
+        out = self.xisa("check", *self.arch, "--format", "json")
+        seconds = time.perf_counter() - started
+        if not out.stdout.strip():
+            sys.exit(f"bench: xisa check exit {out.returncode}: {out.stderr[-2000:]}")
+        verdicts: dict[str, int] = {}
+        self.errors = []
+        for cell in json.loads(out.stdout)["cells"]:
+            verdicts[cell["verdict"]] = verdicts.get(cell["verdict"], 0) + 1
+            if cell["verdict"] == "error":
+                self.errors.append((cell["kernel"], cell["case"], cell["target"]))
+        info = json.loads(self.xisa("cache", "info", "--json").stdout)
+        return seconds, out.returncode, verdicts, info["last_run"]
+
+    def leave_out_refused(self, targets: list[str]) -> None:
+        """What capture's own check does: a target that refuses a case (fla builds its autotuner's configs from the
+        device, so a config chosen on this CPU is not among an NVIDIA target's) is left out of the case's targets."""
+        refused: dict[tuple[str, str], set[str]] = {}
+        for kernel, case, target in self.errors:
+            refused.setdefault((kernel, case), set()).add(target)
+        for (kernel, case), gone in refused.items():
+            spec = self.project / "captured" / f"{kernel}.yaml"
+            kept = ", ".join(t for t in targets if t not in gone)
+            replace_once(spec, f"  - name: {case}\n", f"  - name: {case}\n    targets: [{kept}]\n")
+
+
+def replace_once(path: Path, old: str, new: str, *, after: str = "") -> None:
+    text = path.read_text()
+    start = text.index(after) if after else 0
+    at = text.index(old, start)
+    path.write_text(text[:at] + new + text[at + len(old):])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wheel", type=Path, default=WHEEL, help="the fla-core wheel")
+    parser.add_argument("--arch", action="append", help=f"targets (default: {' '.join(TARGETS)})")
+    parser.add_argument("--unrelated", help="a package to pip install as the unrelated install (default: a wheel "
+                                            "made here, so no index is needed)")
+    parser.add_argument("--kernel", action="append", default=[], help="only these kernels (a smoke test)")
+    parser.add_argument("--keep", type=Path, help="work in this folder and keep it")
+    args = parser.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="xisa-incremental-"))
+    adopter = Adopter(work, args.arch or list(TARGETS), args.kernel)
+    try:
+        adopter.set_up(args.wheel)
+        rows = run_steps(adopter, args.unrelated)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print_rows(rows)
+
+
+def run_steps(adopter: Adopter, unrelated: str | None) -> list[tuple]:
+    rows = []
+
+    def step(name: str, *expect_exit: int) -> tuple:
+        seconds, code, verdicts, counts = adopter.check()
+        if code not in expect_exit:
+            sys.exit(f"bench: {name}: xisa check exit {code}, expected {expect_exit} ({verdicts})")
+        rows.append((name, seconds, verdicts, counts))
+        if adopter.errors and name != rows[0][0]:
+            sys.exit(f"bench: {name}: error cells {adopter.errors}")
+        return verdicts
+
+    step("cold check (empty cache)", 1, 2)   # no goldens yet: every cell `new` (or refused by its target: exit 2)
+    adopter.leave_out_refused(adopter.targets)
+    if adopter.xisa("bless", *adopter.arch).returncode != 0:
+        sys.exit("bench: bless failed")
+    step("warm check", 0)
+    edited = adopter.site / EDITED
+    original = edited.read_text()
+    replace_once(edited, LINE, EDIT, after=KERNEL_DEF)
+    verdicts = step("one-line edit to one kernel", 1)
+    if not verdicts.get("changed"):
+        sys.exit("bench: the edit changed no cell")
+    edited.write_text(original)
+    step("the edit restored", 0)
+    if unrelated:
+        adopter.pip("--target", str(adopter.extra), unrelated)
+    else:
+        adopter.pip("--target", str(adopter.extra), str(unrelated_wheel(adopter.work)))
+    step("unrelated pip install", 0)
+    package_init = adopter.site / COMMENTED
+    package_init.write_text(package_init.read_text() + "# a comment elsewhere in the package\n")
+    step("comment elsewhere in the package", 0)
+    return rows
+
+
+def print_rows(rows: list[tuple]) -> None:
+    cold = rows[0][1]
+    cells, refused = sum(rows[1][2].values()), rows[0][2].get("error", 0)
+    print(f"machine: {os.uname().machine}, {len(os.sched_getaffinity(0))} cores, Python {sys.version.split()[0]}; "
+          f"{cells} cells ({refused} more refused by their target in the cold check, then left out as capture's "
+          "check leaves them out)")
+    print(f"{'step':36} {'seconds':>8} {'of cold':>8}  {'results':>7} {'back-end':>8} {'compiled':>8}  verdicts")
+    for name, seconds, verdicts, counts in rows:
+        shown = ", ".join(f"{count} {verdict}" for verdict, count in sorted(verdicts.items()))
+        print(f"{name:36} {seconds:8.1f} {seconds / cold:8.1%}  {counts['results']:7} {counts['backend']:8} "
+              f"{counts['compiled']:8}  {shown}")
+
+
+if __name__ == "__main__":
+    main()

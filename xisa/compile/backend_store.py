@@ -1,0 +1,188 @@
+"""The back end's work, kept by what Triton's front end handed it (issue 24, item 1).
+
+A library whose `__init__` imports every op puts every one of its files in every kernel's depfile (`cache.py`), so
+an edit anywhere in it misses every cell. Behind that miss a worker loads the module, binds, and runs Triton's front
+end; the TTIR it makes, locations included, holds what the compile consumed of the source: the traced kernel, its
+inlined callees, constexpr values, inline asm. The expensive stages (TTGIR down to the code object) and the
+analysis of their output are a function of that text and of what this module adds to the key: the options, the
+GPUTarget and the target file, the toolchain, every variable that changes compilation (pinned ones, side knobs,
+toolchain-like ones, Triton's cache-invalidating ones), xisa's own code, and how each path in the TTIR's locations
+is shown (ptxas is given those shown paths, the line table shows them). The files the back end reads (an inline-asm
+`.include`, a file an option names) are the entry's depfile, each with its SHA-256, checked on every hit.
+
+A hit answers the cell without the back end. What a result holds that is not the back end's output is made again
+by this run: the binding and options (its bind), the line table's paths and the text of each source line (read from
+the files now), the per-instruction locations. The back end's code must be Triton's own: where a backend class or
+the compile function has code from elsewhere (a library patched it), the store is not used for that compile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xisa.analyze.model import Analysis
+from xisa.compile.cache import (BACKEND, CACHE_FORMAT, EntryStore, stream_holds, toolchain_identity,
+                                xisa_identity)
+from xisa.compile.reads import compile_reads, dependency_digest, note_compile_reads, reads_so_far
+from xisa.compile.result import analysis_from_cache, analysis_to_cache
+from xisa.compile.state import WORKER
+from xisa.compile.toolchain import changes_compilation
+
+# A file location in MLIR's printed form: `loc("/path/k.py":12:5)` (a callsite or a name refers to these).
+_LOCATION_FILE = re.compile(r'loc\("([^"]*)":[0-9]+:[0-9]+\)')
+# Variables whose value is a folder of this run (Triton's cache is one per run): never part of the key.
+_RUN_FOLDERS = frozenset({"TRITON_CACHE_DIR"})
+
+
+class BackendHit(BaseException):
+    """Raised inside `triton.compile` at the front end's output when the store holds the back end's work. A
+    BaseException: no `except Exception` on its way out of Triton can take it for a compile error."""
+
+    def __init__(self, analysis: Analysis, reads: dict[str, str | None]):
+        super().__init__("the back end's work is in xisa's store")
+        self.analysis = analysis
+        self.reads = reads
+
+
+class BackendStore:
+    """Back-end entries by key: the analysis with the compiler's own paths, and the files the back end read."""
+
+    def __init__(self, cache_dir: Path):
+        self.entries = EntryStore(cache_dir / BACKEND)
+
+    def get(self, key: str) -> tuple[Analysis, dict[str, str | None]] | None:
+        data = self.entries.read(key)
+        if data is None:
+            return None
+        try:
+            reads = data["reads"]
+            if not isinstance(reads, dict) or not all(dependency_digest(p) == d for p, d in reads.items()):
+                return None   # a file the back end read changed
+            analysis = analysis_from_cache(data)
+            return (analysis, reads) if analysis is not None and stream_holds(analysis) else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None   # corrupt: compile again
+
+    def put(self, key: str, analysis: Analysis, reads: dict[str, str | None]) -> None:
+        self.entries.write(key, {**analysis_to_cache(analysis), "reads": reads})
+
+
+@dataclass
+class BackendReuse:
+    """The store's part in one compile: the key's parts known before the front end runs, and what it found."""
+
+    store: BackendStore
+    context: dict[str, Any]            # everything in the key but the TTIR and its shown paths
+    path_of: Callable[[str], str]      # how a source path is shown (`cell.SourceFiles.path_of`)
+    lookup: bool                       # False: record only (--no-cache compiles every cell)
+    key: str | None = None             # set at the front end's output
+    mark: int | None = None            # the compile's reads so far at that point: the back end's reads follow
+
+    def at_front_end(self, ttir: str) -> None:
+        """Called with the TTIR as Triton is about to keep it; raises `BackendHit` when the store answers."""
+        self.key = self.key_of(ttir)
+        self.mark = reads_so_far()
+        note_compile_reads(named_files(self.context["options"]))   # what the back end reads by an option
+        if self.lookup:
+            found = self.store.get(self.key)
+            if found is not None:
+                raise BackendHit(*found)
+
+    def key_of(self, ttir: str) -> str:
+        shown = {}
+        for path in sorted(set(_LOCATION_FILE.findall(ttir))):
+            for name in (path, os.path.dirname(path)):   # ptxas gets the folder apart (`DW_AT_comp_dir`)
+                shown[name] = self.path_of(name)
+        payload = {**self.context, "ttir": ttir, "shown_paths": shown}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    def back_end_reads(self) -> dict[str, str | None]:
+        """What the compile read since its front end's output (all of it when the front end did not run here: a
+        Triton cache entry of this run answered)."""
+        return compile_reads(since=self.mark or 0)
+
+    def record(self, compiled, analysis: Analysis, reads: dict[str, str | None]) -> None:
+        key = self.key
+        if key is None:
+            ttir = compiled.asm.get("ttir")
+            if not isinstance(ttir, str):
+                return
+            key = self.key_of(ttir)
+        self.store.put(key, analysis, reads)
+
+
+def backend_context(cell, bound) -> dict[str, Any]:
+    """The key's parts that are not the front end's output, as the worker compiling `cell` has them."""
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    return {
+        "format": CACHE_FORMAT, "xisa": xisa_identity(), "toolchain": toolchain_identity(),
+        "environment": {name: value for name, value in sorted(os.environ.items())
+                        if changes_compilation(name) and name not in _RUN_FOLDERS},
+        "triton_environment": canonical(get_cache_invalidating_env_vars()),
+        "target": canonical(cell.target.summary()), "gpu_target": canonical(vars(bound.target)),
+        "options": canonical(vars(bound.options)),
+    }
+
+
+@contextlib.contextmanager
+def backend_reuse(store: BackendStore | None, cell, bound, path_of, *, lookup: bool) -> Iterator[BackendReuse | None]:
+    """The store's part in the compile inside the block (None: not used for it)."""
+    if store is None or not back_end_is_tritons(bound.target):
+        yield None
+        return
+    WORKER.backend = BackendReuse(store, backend_context(cell, bound), path_of, lookup)
+    try:
+        yield WORKER.backend
+    finally:
+        WORKER.backend = None
+
+
+def back_end_is_tritons(target) -> bool:
+    """Whether the code between the front end's output and the code object is the installed Triton's own: the
+    backend class for `target` (each function of its classes), the compile function, no stage inspection hook."""
+    import triton
+    from triton import knobs
+    from triton.compiler import compiler
+
+    folder = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")
+    if getattr(knobs.runtime, "add_stages_inspection_hook", None) is not None:
+        return False
+    codes = [getattr(compiler.compile, "__code__", None)]
+    for klass in type(compiler.make_backend(target)).__mro__[:-1]:
+        for value in vars(klass).values():
+            codes.append(getattr(getattr(value, "__func__", value), "__code__", None))
+    return all(code is None or os.path.abspath(code.co_filename).startswith(folder) for code in codes)
+
+
+def named_files(options: Any) -> list[str]:
+    """Absolute paths of existing files among the option values (`extern_libs`' libraries, `ir_override`)."""
+    if isinstance(options, str):
+        return [options] if os.path.isabs(options) and os.path.isfile(options) else []
+    if isinstance(options, dict):
+        options = list(options.values())
+    if isinstance(options, list):
+        return [path for value in options for path in named_files(value)]
+    return []
+
+
+def canonical(value: Any) -> Any:
+    """`value` as JSON that is the same in every process: sets sorted (their order follows string hashing, which
+    differs from process to process), tuples as lists, anything else by its repr."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted((canonical(v) for v in value), key=repr)
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return repr(value)
