@@ -53,11 +53,13 @@ def gate(base: str, selection: Selection, *, compile_base: bool = False, options
             validate_scopes(scope, ws, also=list_goldens(base_dir))
             run = compile_selection(ws, whole, options=options,
                                     golden_dirs=[head_golden_dir, (base_dir, f"{base}:")], progress=progress)
-            base_goldens = GoldenSet.for_results(base_dir, run.results, display_root=base_dir.parent, owner=base)
+            base_goldens = GoldenSet.for_results(base_dir, run.results, display_root=base_dir.parent, owner=base,
+                                                 material=ws.material)
         report = judge_against_base(run.results, run.failures, base=base_record(base, commit, compiled=compile_base),
                                     base_goldens=base_goldens, base_errors=base_errors,
                                     head_goldens=GoldenSet.for_results(ws.project.golden_dir, run.results,
-                                                                       display_root=ws.project.root),
+                                                                       display_root=ws.project.root,
+                                                                       material=ws.material),
                                     selected_targets={t.name for t in run.targets}, scopes=scope or [],
                                     toolchain=run.toolchain())
     stale = dataclasses.replace(report, verdicts=report.stale_goldens, stale_goldens=[], base=None)

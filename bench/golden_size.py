@@ -1,0 +1,114 @@
+"""What goldens cost in a repository, per layout: committed bytes per cell on a fresh adoption, and what a
+toolchain upgrade adds to the packed git history.
+
+For each layout (`full`: stream files and source lines committed; `compact`: the default) a scratch git
+repository gets the corpus's kernels and targets, `xisa bless` with toolchain A, a commit, `git gc`, then
+`xisa bless` with toolchain B (another Triton: `--b-python`; its goldens differ in nearly every cell), a
+commit, `git gc`. Printed side by side from one run: files and bytes under golden/ per cell, and the growth
+of `git count-objects -v`'s size-pack from A to B, scaled to 1,000 cells.
+
+    python bench/golden_size.py --b-python /tmp/t39/bin/python [--arch gfx942 --kernel gemm ...]
+
+Both toolchains' compiles are cached (one cache folder per Python, shared by the layouts), so the second
+layout costs no compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LAYOUTS = ("full", "compact")
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}) in {cwd}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "bench",
+           "GIT_COMMITTER_EMAIL": "b@b"}
+    return run(["git", *args], repo, env)
+
+
+def pack_kib(repo: Path) -> int:
+    git(repo, "gc", "-q", "--aggressive", "--prune=now")
+    stats = dict(line.split(": ", 1) for line in git(repo, "count-objects", "-v").splitlines())
+    return int(stats["size-pack"]) + int(stats["size"])
+
+
+def golden_bytes(repo: Path) -> tuple[int, int, int]:
+    """(YAML files, all files, bytes) under golden/."""
+    files = [p for p in (repo / "golden").rglob("*") if p.is_file()]
+    return sum(p.suffix == ".yaml" for p in files), len(files), sum(p.stat().st_size for p in files)
+
+
+def bless(python: str, repo: Path, cache: Path, select: list[str]) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env.update(PYTHONPATH=str(REPO), XISA_CACHE_DIR=str(cache))
+    out = run([python, "-m", "xisa", "bless", "--quiet", *select], repo, env)
+    return next((line for line in out.splitlines() if " written, " in line), out.strip().splitlines()[-1])
+
+
+def scratch_repo(root: Path, layout: str) -> Path:
+    repo = root / layout
+    for name in ("kernels", "targets"):
+        shutil.copytree(REPO / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "pyproject.toml").write_text(f'[tool.xisa]\nspecs = ["kernels"]\ngolden = "golden"\n'
+                                         f'golden_layout = "{layout}"\n')
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "sources")
+    return repo
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--a-python", default=sys.executable, help="the Python of toolchain A (default: this one)")
+    parser.add_argument("--b-python", required=True, help="the Python of toolchain B (another Triton)")
+    parser.add_argument("--arch", action="append", default=[])
+    parser.add_argument("--kernel", action="append", default=[])
+    args = parser.parse_args()
+    select = [f"--arch={a}" for a in args.arch] + [f"--kernel={k}" for k in args.kernel]
+    versions = [run([py, "-c", "import triton; print(triton.__version__)"], REPO).strip()
+                for py in (args.a_python, args.b_python)]
+    with tempfile.TemporaryDirectory(prefix="xisa-golden-size-") as tmp:
+        root = Path(tmp)
+        rows = []
+        for layout in LAYOUTS:
+            repo = scratch_repo(root, layout)
+            summary_a = bless(args.a_python, repo, root / "cache-a", select)
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "-m", f"goldens, Triton {versions[0]}")
+            cells, files, size = golden_bytes(repo)
+            before = pack_kib(repo)
+            summary_b = bless(args.b_python, repo, root / "cache-b", select)
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "-m", f"goldens, Triton {versions[1]}")
+            after = pack_kib(repo)
+            rows.append((layout, cells, files, size, before, after, summary_a, summary_b))
+    print(f"toolchain A: Triton {versions[0]}, B: Triton {versions[1]}; selection: {' '.join(select) or 'all cells'}")
+    print(f"{'layout':8} {'cells':>5} {'files':>5} {'golden KiB':>10} {'B/cell':>7} {'pack A KiB':>10} "
+          f"{'pack B KiB':>10} {'upgrade KiB':>11} {'per 1,000 cells':>15}")
+    for layout, cells, files, size, before, after, _, _ in rows:
+        growth = after - before
+        print(f"{layout:8} {cells:5d} {files:5d} {size / 1024:10.0f} {size / cells:7.0f} {before:10d} {after:10d} "
+              f"{growth:11d} {growth / cells * 1000 / 1024:12.1f} MiB")
+    for layout, *_, summary_a, summary_b in rows:
+        print(f"{layout}: bless A: {summary_a}; bless B: {summary_b}")
+    full, compact = rows
+    print(f"compact/full: {compact[3] / full[3]:.3f} of the bytes, {compact[2] / full[2]:.2f} of the files, "
+          f"{(compact[5] - compact[4]) / max(1, full[5] - full[4]):.3f} of the upgrade's pack growth")
+
+
+if __name__ == "__main__":
+    main()
