@@ -238,3 +238,37 @@ def test_the_suggested_command_compiles_the_base_and_shows_the_diff(run_xisa, ti
     _edit(tinyproj)
     out = run_xisa("check", "--base", "HEAD", "--compile-base", cwd=tinyproj, env=fresh)
     assert "scale:big@gfx942: by source line:" in out.out and "no stream diff" not in out.out, out.out + out.err
+
+
+def test_the_gate_against_compact_base_goldens_compiles_the_changed_cells_there_for_their_streams(
+        run_xisa, tinyproj, tmp_path):
+    """A fresh CI clone: no cache, the base's goldens compact. The gate compiles the changed cells at the base
+    (those alone) and its comment shows their source lines and loops; a cell the base cannot give a stream
+    for keeps the note."""
+    _compact(tinyproj)
+    fresh = {"XISA_CACHE_DIR": str(tmp_path / "fresh-clone-cache")}
+    assert run_xisa("bless", cwd=tinyproj).code == 0
+    git(tinyproj, "init", "-q")
+    git(tinyproj, "add", "-A")
+    git(tinyproj, "commit", "-q", "-m", "base")
+    _edit(tinyproj)
+    out = run_xisa("check", "--base", "HEAD", "--scope", "*:scale", cwd=tinyproj, env=fresh)
+    assert out.code == 1, out.out + out.err                           # stale goldens: bless them
+    assert "scale:big@gfx942: by source line:" in out.out and "no stream diff" not in out.out, out.out
+    md = run_xisa("diff", "--base", "HEAD", "--scope", "*:scale", cwd=tinyproj, env=fresh)
+    assert "kernels/scale.py:13" in md.out and "no stream diff" not in md.out
+
+
+def test_full_layout_again_migrates_back_with_the_lines_this_machine_kept(tmp_path):
+    store = MaterialStore(tmp_path / "review")
+    store.remember([BASE])
+    common = dict(display_root=tmp_path, toolchains={"gfx942": TOOLCHAIN}, stream_files=True,
+                  selected_targets={"gfx942"}, kernel_filters=None, material=store)
+    golden = tmp_path / "golden"
+    assert bless([BASE], golden_dir=golden, layout="full", **common).written
+    full_text = (golden / "k" / "c" / "gfx942.yaml").read_text()
+    assert bless([BASE], golden_dir=golden, layout="compact", **common).migrated
+    back = bless([BASE], golden_dir=golden, layout="full", **common)
+    assert back.migrated and not back.written
+    assert (golden / "k" / "c" / "gfx942.yaml").read_text() == full_text       # byte for byte, lines included
+    assert (golden / "k" / "c" / "gfx942.isa").read_text() == BASE.analysis.stream_text

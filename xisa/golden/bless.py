@@ -105,7 +105,8 @@ def _bless_one(result: CellResult, outcome: BlessOutcome, show, *, golden_dir: P
     if yaml_path.exists():
         try:
             current = yaml_path.read_text(encoding="utf-8")
-            golden = read_golden(yaml_path, stream_path, display=show(yaml_path))  # corrupt ones get rewritten
+            golden = read_golden(yaml_path, stream_path, display=show(yaml_path),  # corrupt ones get rewritten
+                                 material=material)
             # Byte for byte, the golden's own stage fingerprints (or their absence) kept: a golden in an
             # older layout (with the bless command) is rewritten once.
             kept = _as_it_is(result, golden, toolchain=toolchain, stream_files=stream_files, layout=layout)
