@@ -203,17 +203,18 @@ def test_the_review_shows_the_stream_diff_from_this_machines_cache(run_xisa, tin
     assert '"diff":{' in text and "no stream diff" not in text
 
 
-def test_without_the_golden_stream_the_review_says_how_to_get_it_never_a_wrong_diff(run_xisa, tinyproj, tmp_path,
-                                                                                    shared_cache):
+def test_without_the_golden_stream_the_review_says_how_to_get_it_never_a_wrong_diff(run_xisa, tinyproj, tmp_path):
     _compact(tinyproj)
-    assert run_xisa("bless", "--arch", "gfx942", cwd=tinyproj).code == 0
+    own = tmp_path / "own-cache"      # its store is damaged below: not the session's
+    assert run_xisa("bless", "--arch", "gfx942", cwd=tinyproj, env={"XISA_CACHE_DIR": str(own)}).code == 0
     golden, small = (read_golden(*golden_paths(tinyproj / "golden", "scale", case, "gfx942"), display="g")
                      for case in ("big", "small"))
     _edit(tinyproj)
     fresh = {"XISA_CACHE_DIR": str(tmp_path / "fresh-clone-cache")}
     for env in (fresh, None):
         if env is None:   # this machine's store, the golden's stream in it replaced by another stream's text
-            store = MaterialStore.in_cache(shared_cache)
+            env = {"XISA_CACHE_DIR": str(own)}
+            store = MaterialStore.in_cache(own)
             for sha in (golden.data["sha256"], small.data["sha256"]):
                 (store.folder / "streams" / sha[:2] / f"{sha}.isa").write_text("bb0:\n  s_nop 0\n")
         out = run_xisa("check", "--arch", "gfx942", cwd=tinyproj, env=env)
@@ -272,3 +273,14 @@ def test_full_layout_again_migrates_back_with_the_lines_this_machine_kept(tmp_pa
     assert back.migrated and not back.written
     assert (golden / "k" / "c" / "gfx942.yaml").read_text() == full_text       # byte for byte, lines included
     assert (golden / "k" / "c" / "gfx942.isa").read_text() == BASE.analysis.stream_text
+
+
+def test_a_damaged_store_entry_is_replaced_by_the_next_compile_of_its_stream(tmp_path):
+    store = MaterialStore(tmp_path / "review")
+    store.remember([BASE])
+    sha = BASE.analysis.sha256
+    path = store.folder / "streams" / sha[:2] / f"{sha}.isa"
+    path.write_text("damaged\n")
+    assert store.stream(sha) is None                          # never shown: it does not hash to its name
+    store.remember([BASE])
+    assert store.stream(sha) == BASE.analysis.stream_text

@@ -66,10 +66,15 @@ class MaterialStore:
             return None
 
     def _put(self, path: Path, text: str) -> None:
-        if path.exists() or any(os.path.islink(p) for p in (self.folder, path.parent.parent, path.parent)):
+        """Write an entry unless it is there already, whole: a damaged one (another size) is replaced."""
+        if any(os.path.islink(p) for p in (self.folder, path.parent.parent, path.parent, path)):
             return
+        data = text.encode("utf-8")
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == len(data):
+                return
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomic(path, text, mode=0o644)
+        write_atomic(path, data, mode=0o644)
 
     def stream(self, sha256: str) -> str | None:
         """The stream text whose SHA-256 is `sha256`, or None when this machine has none."""
@@ -105,8 +110,7 @@ class MaterialStore:
             if not result.ok or analysis is None or not analysis.stream_text:
                 continue
             with contextlib.suppress(OSError):
-                if not self._path(_STREAMS, analysis.sha256, ".isa").exists():
-                    self.put_stream(analysis.stream_text)
+                self.put_stream(analysis.stream_text)
                 if analysis.lines:
                     self.put_lines(analysis.lines)
 
