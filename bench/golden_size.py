@@ -10,7 +10,8 @@ of `git count-objects -v`'s size-pack from A to B, scaled to 1,000 cells.
     python bench/golden_size.py --b-python /tmp/t39/bin/python [--arch gfx942 --kernel gemm ...]
 
 Both toolchains' compiles are cached (one cache folder per Python, shared by the layouts), so the second
-layout costs no compile.
+layout costs no compile. Pack sizes are measured on a clone of each revision's history alone, after a plain
+`git gc` and after `git gc --aggressive`.
 """
 
 from __future__ import annotations
@@ -40,16 +41,22 @@ def git(repo: Path, *args: str) -> str:
     return run(["git", *args], repo, env)
 
 
-def pack_kib(repo: Path) -> int:
-    git(repo, "gc", "-q", "--aggressive", "--prune=now")
-    stats = dict(line.split(": ", 1) for line in git(repo, "count-objects", "-v").splitlines())
+def pack_kib(repo: Path, revision: str, *, aggressive: bool) -> int:
+    """`git count-objects -v` (size-pack + loose) of a clone of `revision`'s history alone, after `git gc`."""
+    git(repo, "branch", "-f", "measured", revision)
+    clone = repo.parent / f"{repo.name}-measured"
+    shutil.rmtree(clone, ignore_errors=True)
+    git(repo.parent, "clone", "-q", "--no-local", "--single-branch", "--branch", "measured", repo.name, clone.name)
+    git(clone, "gc", "-q", *(["--aggressive"] if aggressive else []), "--prune=now")
+    stats = dict(line.split(": ", 1) for line in git(clone, "count-objects", "-v").splitlines())
+    shutil.rmtree(clone)
     return int(stats["size-pack"]) + int(stats["size"])
 
 
-def golden_bytes(repo: Path) -> tuple[int, int, int]:
-    """(YAML files, all files, bytes) under golden/."""
-    files = [p for p in (repo / "golden").rglob("*") if p.is_file()]
-    return sum(p.suffix == ".yaml" for p in files), len(files), sum(p.stat().st_size for p in files)
+def golden_bytes(repo: Path, revision: str) -> tuple[int, int, int]:
+    """(YAML files, all files, bytes) under golden/ at `revision`."""
+    rows = [line.split() for line in git(repo, "ls-tree", "-r", "-l", revision, "golden").splitlines()]
+    return sum(r[4].endswith(".yaml") for r in rows), len(rows), sum(int(r[3]) for r in rows)
 
 
 def bless(python: str, repo: Path, cache: Path, select: list[str]) -> str:
@@ -80,7 +87,11 @@ def main() -> None:
     parser.add_argument("--kernel", action="append", default=[])
     parser.add_argument("--work", type=Path, help="keep the scratch repositories and both caches here (a rerun "
                                                   "compiles nothing); default: a temporary folder")
+    parser.add_argument("--measure-only", action="store_true",
+                        help="measure the repositories a previous run left in --work, blessing nothing")
     args = parser.parse_args()
+    if args.measure_only and not args.work:
+        parser.error("--measure-only needs --work")
     select = [f"--arch={a}" for a in args.arch] + [f"--kernel={k}" for k in args.kernel]
     versions = [run([py, "-c", "import triton; print(triton.__version__)"], REPO).strip()
                 for py in (args.a_python, args.b_python)]
@@ -88,31 +99,30 @@ def main() -> None:
         root = args.work or Path(tmp)
         rows = []
         for layout in LAYOUTS:
-            shutil.rmtree(root / layout, ignore_errors=True)
-            repo = scratch_repo(root, layout)
-            summary_a = bless(args.a_python, repo, root / "cache-a", select)
-            git(repo, "add", "-A")
-            git(repo, "commit", "-q", "-m", f"goldens, Triton {versions[0]}")
-            cells, files, size = golden_bytes(repo)
-            before = pack_kib(repo)
-            summary_b = bless(args.b_python, repo, root / "cache-b", select)
-            git(repo, "add", "-A")
-            git(repo, "commit", "-q", "-m", f"goldens, Triton {versions[1]}")
-            after = pack_kib(repo)
-            rows.append((layout, cells, files, size, before, after, summary_a, summary_b))
+            repo = root / layout
+            if not args.measure_only:
+                shutil.rmtree(repo, ignore_errors=True)
+                scratch_repo(root, layout)
+                for python, cache, version in ((args.a_python, "cache-a", versions[0]),
+                                               (args.b_python, "cache-b", versions[1])):
+                    print(f"{layout}: bless with Triton {version}: {bless(python, repo, root / cache, select)}")
+                    git(repo, "add", "-A")
+                    git(repo, "commit", "-q", "-m", f"goldens, Triton {version}")
+            cells, files, size = golden_bytes(repo, "HEAD~1")
+            packs = [pack_kib(repo, rev, aggressive=aggressive) for aggressive in (False, True)
+                     for rev in ("HEAD~1", "HEAD")]
+            rows.append((layout, cells, files, size, packs))
     print(f"toolchain A: Triton {versions[0]}, B: Triton {versions[1]}; selection: {' '.join(select) or 'all cells'}")
-    print(f"{'layout':8} {'cells':>5} {'files':>5} {'golden KiB':>10} {'B/cell':>7} {'pack A KiB':>10} "
+    print(f"{'layout':8} {'cells':>5} {'files':>5} {'golden KiB':>10} {'B/cell':>7} {'gc':>10} {'pack A KiB':>10} "
           f"{'pack B KiB':>10} {'upgrade KiB':>11} {'per 1,000 cells':>15}")
-    for layout, cells, files, size, before, after, _, _ in rows:
-        growth = after - before
-        print(f"{layout:8} {cells:5d} {files:5d} {size / 1024:10.0f} {size / cells:7.0f} {before:10d} {after:10d} "
-              f"{growth:11d} {growth / cells * 1000 / 1024:12.1f} MiB")
-    for layout, *_, summary_a, summary_b in rows:
-        print(f"{layout}: bless A: {summary_a}; bless B: {summary_b}")
+    for layout, cells, files, size, packs in rows:
+        for gc, (before, after) in (("gc", packs[:2]), ("gc --aggr.", packs[2:])):
+            growth = after - before
+            print(f"{layout:8} {cells:5d} {files:5d} {size / 1024:10.0f} {size / cells:7.0f} {gc:>10} {before:10d} "
+                  f"{after:10d} {growth:11d} {growth / cells * 1000 / 1024:11.1f} MiB")
     full, compact = rows
     print(f"compact/full: {compact[3] / full[3]:.3f} of the bytes, {compact[2] / full[2]:.2f} of the files, "
-          f"{(compact[5] - compact[4]) / max(1, full[5] - full[4]):.3f} of the upgrade's pack growth")
-
+          f"{(compact[4][1] - compact[4][0]) / max(1, full[4][1] - full[4][0]):.3f} of the upgrade's pack growth (gc)")
 
 if __name__ == "__main__":
     main()

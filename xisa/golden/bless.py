@@ -131,6 +131,8 @@ def _bless_one(result: CellResult, outcome: BlessOutcome, show, *, golden_dir: P
         outcome.left.append(result.id)
         return
     write_golden(yaml_path, stream_path, yaml_text, stream_text)
+    if material is not None and result.analysis is not None and result.analysis.lines:
+        material.put_lines(result.analysis.lines)   # the table its `lines_sha256` names, for this machine's reviews
     (outcome.stages_recorded if record_stages else outcome.written).append(show(yaml_path))
 
 

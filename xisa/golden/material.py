@@ -65,16 +65,18 @@ class MaterialStore:
         except UnicodeDecodeError:
             return None
 
-    def _put(self, path: Path, text: str) -> None:
-        """Write an entry unless it is there already, whole: a damaged one (another size) is replaced."""
-        if any(os.path.islink(p) for p in (self.folder, path.parent.parent, path.parent, path)):
-            return
+    def _put(self, path: Path, text: str) -> bool:
+        """Write an entry unless it is there already, whole (a damaged one, of another size, is replaced);
+        whether it was written."""
         data = text.encode("utf-8")
         with contextlib.suppress(OSError):
-            if path.stat().st_size == len(data):
-                return
+            if path.stat().st_size == len(data) and not path.is_symlink():
+                return False
+        if any(os.path.islink(p) for p in (self.folder, path.parent.parent, path.parent, path)):
+            return False
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, data, mode=0o644)
+        return True
 
     def stream(self, sha256: str) -> str | None:
         """The stream text whose SHA-256 is `sha256`, or None when this machine has none."""
@@ -103,15 +105,16 @@ class MaterialStore:
         return digest
 
     def remember(self, results: Iterable[CellResult]) -> None:
-        """Keep the stream and source lines of every compiled result. Best effort: a full disk or a read-only
-        cache costs only the material (the review then says it is missing), never the run."""
+        """Keep the stream of every compiled result, and its source lines where the stream is new here (a warm
+        check of unchanged cells then costs a `stat` per cell, not a table's serialization; `bless` keeps the
+        lines of every golden it writes). Best effort: a full disk or a read-only cache costs only the material
+        (the review then says it is missing), never the run."""
         for result in results:
             analysis = result.analysis
             if not result.ok or analysis is None or not analysis.stream_text:
                 continue
             with contextlib.suppress(OSError):
-                self.put_stream(analysis.stream_text)
-                if analysis.lines:
+                if self._put(self._path(_STREAMS, analysis.sha256, ".isa"), analysis.stream_text) and analysis.lines:
                     self.put_lines(analysis.lines)
 
     def clear(self) -> int:

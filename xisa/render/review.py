@@ -334,6 +334,9 @@ def line_change_lines(v, limit: int = TEXT_LINE_ROWS) -> list[str]:
     """A changed cell's changes by source line, in `LineChange.rank` order, one line each (text output)."""
     if v.review_note:   # a compact golden this machine never compiled: no stream, no lines
         return [f"{v.id}: {v.review_note}"]
+    if v.lines is None and v.base is not None and v.base.compact:
+        return [f"{v.id}: source lines unknown (this machine's cache has not the compact golden's table; "
+                "`xisa diff --base HEAD --compile-base` shows them)"]
     if v.lines is None:
         return [f"{v.id}: source lines unknown (a side has no source-line table; record it with `{RECORD_COMMAND}`)"]
     if not v.lines:
