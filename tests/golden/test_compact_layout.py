@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support import git
 from xisa.golden.bless import bless
 from xisa.golden.material import MaterialStore
 from xisa.golden.record import FORMAT, FORMAT_COMPACT, NOT_THE_CELL
 from xisa.golden.store import GoldenSet, golden_paths, read_golden
 from xisa.golden.verdict import build_report
 
-from test_record_judgement import BASE, MUTATIONS, TOOLCHAIN
+from support import RECORD_BASE as BASE, RECORD_MUTATIONS as MUTATIONS, RECORD_TOOLCHAIN as TOOLCHAIN, git
 
 LAYOUT_LINE = 'golden_layout = "full"\n'
 PER_CELL_BOUND = 8 * 1024      # issue 24: committed bytes per cell on a fresh adoption
