@@ -5,15 +5,20 @@ as `from support import ...` (pytest puts tests/ on sys.path for its conftest); 
 from __future__ import annotations
 
 import contextlib
+import copy
+import hashlib
 import io
 import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+
+from xisa.analyze.model import Analysis
+from xisa.compile.result import CellResult
 
 
 def _golden_toolchain_skip():
@@ -172,3 +177,53 @@ def compile_here(root: Path, cache: Path, *, use_cache: bool = True, jobs: int =
                         options=RunOptions(jobs=jobs, use_cache=use_cache))
     assert all(r.ok for r in results), [r.error for r in results]
     return {cell.id: result for cell, result in zip(cells, results)}
+
+
+# --- one cell's compile result and each way its record can change (golden/test_record_judgement.py,
+# golden/test_compact_layout.py) ---------------------------------------------------------------------
+
+RECORD_TOOLCHAIN = {"triton": "3.8.0"}
+
+
+def record_result() -> CellResult:
+    stream = "bb0:\n  s_endpgm\n"
+    analysis = Analysis(
+        isa="amdgcn", sha256=hashlib.sha256(stream.encode()).hexdigest(), instructions=1, blocks=1, histogram={"s_endpgm": 1},
+        base_histogram={"s_endpgm": 1}, classes={"program": 1}, resources={"vgprs": 4, "lds_bytes": 0},
+        stream_text=stream, code_sha256="c" * 64,
+        code_sections={"(header)": "1" * 16, ".text": "2" * 16, ".note": "3" * 16},
+        metadata={"shared": 0, "global_scratch_size": 0, "name": "k_kernel"},
+        stages={"ttir": "e" * 64}, lines=[{"loc": "k.py:3", "text": "x", "count": 1, "histogram": {"s_endpgm": 1}}])
+    return CellResult(kernel="k", case="c", target="gfx942", status="ok", analysis=analysis,
+                      binding={"signature": {"x_ptr": "*fp32"}, "constexprs": {}, "attrs": {}},
+                      options={"num_warps": 4, "debug": False})
+
+
+def with_analysis(result: CellResult, **analysis_fields) -> CellResult:
+    changed = copy.deepcopy(result)
+    changed.analysis = replace(changed.analysis, **analysis_fields)
+    return changed
+
+
+def with_fields(result: CellResult, **fields) -> CellResult:
+    changed = copy.deepcopy(result)
+    for name, value in fields.items():
+        setattr(changed, name, value)
+    return changed
+
+
+RECORD_BASE = record_result()
+RECORD_MUTATIONS = {
+    "options.num_warps": with_fields(RECORD_BASE, options={"num_warps": 8, "debug": False}),
+    "options.debug": with_fields(RECORD_BASE, options={"num_warps": 4, "debug": True}),
+    "binding.signature": with_fields(RECORD_BASE, binding={"signature": {"x_ptr": "*fp16"}, "constexprs": {}, "attrs": {}}),
+    "binding.attrs": with_fields(RECORD_BASE, binding={"signature": {"x_ptr": "*fp32"}, "constexprs": {},
+                                          "attrs": {"x_ptr": ["tt.divisibility=16"]}}),
+    "code_sha256 alone": with_analysis(RECORD_BASE, code_sha256="d" * 64),
+    "a code section": with_analysis(RECORD_BASE, code_sha256="d" * 64,
+                               code_sections={"(header)": "1" * 16, ".text": "2" * 16, ".note": "4" * 16}),
+    "launch metadata (dynamic shared memory)": with_analysis(RECORD_BASE, metadata={"shared": 1024, "global_scratch_size": 0,
+                                                                        "name": "k_kernel"}),
+    "a resource not compared before (wavefront_size)": with_analysis(RECORD_BASE, resources={"vgprs": 4, "lds_bytes": 0,
+                                                                                 "wavefront_size": 64}),
+}

@@ -337,7 +337,7 @@ def _damage(yaml_path: Path, stream_path: Path, how: str) -> None:
     elif how == "truncated":
         yaml_path.write_text(text[: len(text) // 2].rsplit("\n", 1)[0] + "\n")
     elif how == "other-format":
-        yaml_path.write_text(text.replace("format: xisa-golden/1", "format: xisa-golden/2"))
+        yaml_path.write_text(text.replace("format: xisa-golden/1", "format: xisa-golden/3"))
     elif how == "stream-disagrees":
         stream_path.write_text(stream_path.read_text().replace("bb0:\n", "bb0:\n  s_nop 0\n", 1))
     elif how == "not-utf8":
@@ -355,7 +355,7 @@ def _damage(yaml_path: Path, stream_path: Path, how: str) -> None:
 GOLDEN_DAMAGE = {
     "conflict-markers": ["merge conflict markers at line 1", "fix: resolve the conflict"],
     "truncated": ["golden/scale/small/gfx942.yaml"],
-    "other-format": ["format: format 'xisa-golden/2' is not 'xisa-golden/1'", "fix: re-bless"],
+    "other-format": ["format: format 'xisa-golden/3' is neither 'xisa-golden/1' nor 'xisa-golden/2'", "fix: re-bless"],
     "stream-disagrees": ["gfx942.isa: stream file disagrees with the SHA-256 in gfx942.yaml"],
     "not-utf8": ["not UTF-8 text: corrupt golden"],
     "stream-missing": ["gfx942.isa: stream file is missing"],

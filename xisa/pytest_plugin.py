@@ -183,11 +183,13 @@ def _explain(verdict) -> str:
             lines.append(f"  {mnemonic}: {base} -> {head} ({head - base:+d})")
         for key, (base, head) in delta.resources.items():
             lines.append(f"  {key}: {base} -> {head}")
-        if verdict.base and verdict.base.stream_text and verdict.head and verdict.head.analysis:
-            diff = difflib.unified_diff(verdict.base.stream_text.splitlines(), verdict.head.analysis.stream_text.splitlines(),
+        if verdict.base and verdict.base.review_stream() and verdict.head and verdict.head.analysis:
+            diff = difflib.unified_diff(verdict.base.review_stream().splitlines(), verdict.head.analysis.stream_text.splitlines(),
                                         "golden", "now", lineterm="", n=2)
             body = list(diff)
             lines += body[:60] + ([f"... {len(body) - 60} more diff lines"] if len(body) > 60 else [])
+        elif verdict.review_note:
+            lines.append(verdict.review_note)
     from xisa.render.review import accept_commands
 
     for command in accept_commands(_one_cell_report(verdict), kernel_filters=[f"{verdict.kernel}:{verdict.case}"]):

@@ -7,64 +7,21 @@ differs (only a side table: stage fingerprints, source lines), both leave the ce
 
 from __future__ import annotations
 
-import copy
-import hashlib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from xisa.analyze.model import Analysis
 from xisa.compile.result import CellResult
 from xisa.golden.bless import bless
 from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import build_report
 
-TOOLCHAIN = {"triton": "3.8.0"}
+from support import RECORD_BASE, RECORD_MUTATIONS, RECORD_TOOLCHAIN, with_analysis
 
-
-def _result() -> CellResult:
-    stream = "bb0:\n  s_endpgm\n"
-    analysis = Analysis(
-        isa="amdgcn", sha256=hashlib.sha256(stream.encode()).hexdigest(), instructions=1, blocks=1, histogram={"s_endpgm": 1},
-        base_histogram={"s_endpgm": 1}, classes={"program": 1}, resources={"vgprs": 4, "lds_bytes": 0},
-        stream_text=stream, code_sha256="c" * 64,
-        code_sections={"(header)": "1" * 16, ".text": "2" * 16, ".note": "3" * 16},
-        metadata={"shared": 0, "global_scratch_size": 0, "name": "k_kernel"},
-        stages={"ttir": "e" * 64}, lines=[{"loc": "k.py:3", "text": "x", "count": 1, "histogram": {"s_endpgm": 1}}])
-    return CellResult(kernel="k", case="c", target="gfx942", status="ok", analysis=analysis,
-                      binding={"signature": {"x_ptr": "*fp32"}, "constexprs": {}, "attrs": {}},
-                      options={"num_warps": 4, "debug": False})
-
-
-def _changed(result: CellResult, **analysis_fields) -> CellResult:
-    changed = copy.deepcopy(result)
-    changed.analysis = replace(changed.analysis, **analysis_fields)
-    return changed
-
-
-def _with(result: CellResult, **fields) -> CellResult:
-    changed = copy.deepcopy(result)
-    for name, value in fields.items():
-        setattr(changed, name, value)
-    return changed
-
-
-BASE = _result()
-MUTATIONS = {
-    "options.num_warps": _with(BASE, options={"num_warps": 8, "debug": False}),
-    "options.debug": _with(BASE, options={"num_warps": 4, "debug": True}),
-    "binding.signature": _with(BASE, binding={"signature": {"x_ptr": "*fp16"}, "constexprs": {}, "attrs": {}}),
-    "binding.attrs": _with(BASE, binding={"signature": {"x_ptr": "*fp32"}, "constexprs": {},
-                                          "attrs": {"x_ptr": ["tt.divisibility=16"]}}),
-    "code_sha256 alone": _changed(BASE, code_sha256="d" * 64),
-    "a code section": _changed(BASE, code_sha256="d" * 64,
-                               code_sections={"(header)": "1" * 16, ".text": "2" * 16, ".note": "4" * 16}),
-    "launch metadata (dynamic shared memory)": _changed(BASE, metadata={"shared": 1024, "global_scratch_size": 0,
-                                                                        "name": "k_kernel"}),
-    "a resource not compared before (wavefront_size)": _changed(BASE, resources={"vgprs": 4, "lds_bytes": 0,
-                                                                                 "wavefront_size": 64}),
-}
+TOOLCHAIN = RECORD_TOOLCHAIN
+BASE = RECORD_BASE
+MUTATIONS = RECORD_MUTATIONS
+_changed = with_analysis
 
 
 def _judge(tmp_path: Path, head: CellResult):

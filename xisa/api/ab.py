@@ -84,7 +84,8 @@ def ab(selection: Selection, *, a, b, options: RunOptions = RunOptions(), progre
         a.golden_dir = display_path(ws.project.golden_dir, ws.project.root) + "/"
         recorded = [recorded_toolchain(ws.project.golden_dir, (c.kernel.name, c.case, c.target.name)) for c in cells]
         a.toolchain = majority_toolchain([t for t in recorded if t])
-        a_goldens = GoldenSet.for_results(ws.project.golden_dir, b_results, display_root=ws.project.root)
+        a_goldens = GoldenSet.for_results(ws.project.golden_dir, b_results, display_root=ws.project.root,
+                                          material=ws.material)
     else:   # side A's compile judged as the goldens bless would write for it, in memory
         results, _, toolchains = compiled[a.label]
         a_errors = {r.id: r.error or "compile failed" for r in results if not r.ok}

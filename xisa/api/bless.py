@@ -30,6 +30,7 @@ class BlessResult:
     run: Run
     outcome: BlessOutcome
     upgrade: ToolchainUpgrade | None = None
+    layout: str = "compact"     # the project's golden layout, which the goldens were written in
 
     @property
     def exit_code(self) -> int:
@@ -44,6 +45,7 @@ def bless_run(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, lock
     `record_stages`: only add stage fingerprints and source-line tables to the goldens whose cell is unchanged."""
     return write_goldens(run.results, golden_dir=ws.project.golden_dir, display_root=ws.project.root,
                          toolchains=run.toolchains(), stream_files=ws.project.stream_files,
+                         layout=ws.project.golden_layout, material=ws.material,
                          selected_targets={t.name for t in run.targets}, kernel_filters=kernel_filters,
                          lock_timeout=lock_timeout, record_stages=record_stages)
 
@@ -61,7 +63,8 @@ def bless(selection: Selection, *, options: RunOptions = RunOptions(), lock_time
     kernel = selection.kernel
     upgrade = toolchain_upgrade(ws, run, kernel_filters=kernel)   # before the goldens it compares with are rewritten
     return BlessResult(run=run, outcome=bless_run(ws, run, kernel_filters=kernel, lock_timeout=lock_timeout,
-                                                  record_stages=record_stages), upgrade=upgrade)
+                                                  record_stages=record_stages), upgrade=upgrade,
+                       layout=ws.project.golden_layout)
 
 
 def toolchain_upgrade(ws: Workspace, run: Run, *, kernel_filters: list[str] | None) -> ToolchainUpgrade | None:
@@ -78,7 +81,8 @@ def toolchain_upgrade(ws: Workspace, run: Run, *, kernel_filters: list[str] | No
     if not old:
         return None
     old_toolchain = majority_toolchain(old)
-    goldens = GoldenSet.for_results(ws.project.golden_dir, run.results, display_root=ws.project.root)
+    goldens = GoldenSet.for_results(ws.project.golden_dir, run.results, display_root=ws.project.root,
+                                    material=ws.material)
     report = build_report(run.results, {}, goldens=goldens, selected_targets={t.name for t in run.targets},
                           kernel_filters=kernel_filters, scopes=[], toolchain={"triton": old_toolchain.get("triton", "")}, launches=False)
     return ToolchainUpgrade(report=report, old=old_toolchain, new=run.toolchain())

@@ -32,7 +32,7 @@ def judge(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, scopes: 
           selection: dict[str, Any] | None = None, shard_plan: ShardPlan | None = None) -> CheckReport:
     """The run's cells against goldens (this tree's unless `golden_dir` names others)."""
     goldens = GoldenSet.for_results(golden_dir or ws.project.golden_dir, run.results,
-                                    display_root=display_root or ws.project.root)
+                                    display_root=display_root or ws.project.root, material=ws.material)
     return build_report(run.results, run.failures, goldens=goldens, selected_targets={t.name for t in run.targets},
                         kernel_filters=kernel_filters, scopes=scopes or [], toolchain=run.toolchain(), shard=shard,
                         selection=selection, shard_plan=shard_plan)

@@ -12,6 +12,7 @@ from xisa.analyze.expect import check_against_targets
 from xisa.compile.autotune import count_configs
 from xisa.compile.toolchain import describe_toolchain
 from xisa.errors import SpecError, ToolchainError
+from xisa.golden.material import MaterialStore
 from xisa.golden.store import golden_paths, read_golden_toolchain
 from xisa.golden.verdict import Scope, check_scopes
 from xisa.names import display_path
@@ -25,6 +26,11 @@ class Workspace:
     project: Project
     targets: dict[str, Target]
     specs: list[KernelSpec]
+
+    @property
+    def material(self) -> MaterialStore:
+        """Where the streams and source lines of this project's compiles are kept for the review of compact goldens."""
+        return MaterialStore.in_cache(self.project.cache_dir)
 
     def select(self, *, arch: list[str] | None = None, kernel: list[str] | None = None) -> tuple[list[Target], list[Cell]]:
         chosen = select_targets(self.targets, arch)

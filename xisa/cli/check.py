@@ -126,7 +126,15 @@ def bless(
                   f"{len(outcome.unchanged)} unchanged, "
                   f"{len(outcome.left)} left")
     else:
-        out.print(f"{len(outcome.written)} written, {len(outcome.unchanged)} unchanged, {len(outcome.removed)} removed")
+        if outcome.migrated:
+            layout = blessed.layout
+            out.print(f"migrated {len(outcome.migrated)} goldens to the {layout} layout (golden_layout = \"{layout}\"): "
+                      "same records and fingerprints, "
+                      + ("stream and source lines now named by SHA-256, kept in xisa's cache on this machine"
+                         if layout == "compact" else "stream files and source lines written beside them"))
+        out.print(f"{len(outcome.written)} written, "
+                  + (f"{len(outcome.migrated)} migrated, " if outcome.migrated else "")
+                  + f"{len(outcome.unchanged)} unchanged, {len(outcome.removed)} removed")
     if blessed.upgrade is not None:   # goldens of another toolchain rewritten: say what changed, for the commit
         from xisa.render.review import upgrade_commit_message
 

@@ -92,4 +92,7 @@ def cache_clear() -> None:
     """Empty xisa's result cache."""
     project = load_project()
     removed = ResultCache(project.cache_dir).clear()
-    typer.echo(f"removed {removed} cached results from {project.cache_dir}")
+    from xisa.golden.material import MaterialStore
+
+    streams = MaterialStore.in_cache(project.cache_dir).clear()   # compact goldens' review material
+    typer.echo(f"removed {removed} cached results and {streams} review streams from {project.cache_dir}")

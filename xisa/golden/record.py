@@ -18,7 +18,9 @@ from xisa.compile.result import CellResult
 from xisa.errors import GoldenError
 from xisa.yamlio import parse_yaml
 
-FORMAT = "xisa-golden/1"
+FORMAT = "xisa-golden/1"            # the full layout: the stream file beside the YAML, the source lines inside it
+FORMAT_COMPACT = "xisa-golden/2"    # the compact layout: the same record, stream and lines named by their SHA-256
+LAYOUTS = {"full": FORMAT, "compact": FORMAT_COMPACT}
 # `generated_by` (the bless command) is no longer written: a golden is a function of its cell's result
 # alone. Goldens that still carry it are read as before.
 _REQUIRED = {"format": str, "toolchain": dict, "kernel": str, "case": str, "target": str,
@@ -39,14 +41,53 @@ class Golden:
     lines_text: str | None = None
     display: str = ""
     _lines: list[dict[str, Any]] | None = field(default=None, repr=False)
+    # A compact golden's stream and source lines, looked up by their SHA-256 when a review asks (a byte-identical
+    # check never does): (stream by sha256, lines by lines_sha256), each None where this machine has none.
+    material: tuple[Callable[[str], str | None], Callable[[str], list[dict[str, Any]] | None]] | None = \
+        field(default=None, repr=False)
+    _looked_up: bool = field(default=False, repr=False)
 
     @property
     def toolchain(self) -> dict[str, str]:
         return self.data["toolchain"]
 
+    @property
+    def compact(self) -> bool:
+        return self.data.get("format") == FORMAT_COMPACT
+
+    def _look_up(self) -> None:
+        """Fill a compact golden's stream and lines from the material store, once; only what hashes to the
+        golden's own fingerprints comes back (the store verifies), so a review never shows another stream."""
+        if self._looked_up or self.material is None:
+            return
+        self._looked_up = True
+        find_stream, find_lines = self.material
+        self.stream_text = find_stream(self.data["sha256"])
+        digest = self.data.get("lines_sha256")
+        rows = find_lines(digest) if digest else None
+        if rows is not None and _valid_lines(rows):
+            self._lines = rows
+
+    def review_stream(self) -> str | None:
+        """The golden's stream text: its stream file's (full layout), the material store's (compact), or None."""
+        self._look_up()
+        return self.stream_text
+
+    def missing_material(self) -> str | None:
+        """Why a review of this golden shows no stream diff, or None when it can: a full golden without a stream
+        file, or a compact golden whose stream this machine has not compiled (a fresh clone, an emptied cache)."""
+        if self.review_stream() is not None:
+            return None
+        if not self.compact:
+            return "the golden has no stream file (stream_files = false): no stream diff to show"
+        return (f"no stream diff: this machine has not compiled the compact golden's stream "
+                f"(sha256 {self.data['sha256'][:12]})")
+
     def source_lines(self) -> list[dict[str, Any]] | None:
-        """The golden's source-line table (`lines:`), or None when it has none (blessed before xisa recorded
-        them). A malformed table is this golden's error."""
+        """The golden's source-line table (`lines:`, or a compact golden's from the material store), or None when
+        it has none (blessed before xisa recorded them, or not on this machine). A malformed table is this
+        golden's error."""
+        self._look_up()
         if self._lines is None and self.lines_text is not None:
             rows = parse_yaml(self.lines_text, path=self.display, error=GoldenError).get("lines")
             if not _valid_lines(rows):
@@ -57,14 +98,14 @@ class Golden:
         return self._lines
 
     def analysis(self) -> Analysis:
-        return Analysis.from_record(self.data, self.stream_text or "")
+        return Analysis.from_record(self.data, self.review_stream() or "")
 
 
 # The keys of a golden that are not its cell's compile result: the layout (`format`, `stream`), the toolchain (judged
 # on its own: another toolchain is an untrusted run, not a changed cell) and the side tables that explain a change
 # without deciding one (`stages`, `lines`). Every other key is the cell: if it differs, bless would rewrite the
 # golden, so check may not call the cell the same (`cell_differences`).
-NOT_THE_CELL = frozenset({"format", "toolchain", "stream", "stages", "lines", "generated_by"})
+NOT_THE_CELL = frozenset({"format", "toolchain", "stream", "stages", "lines", "lines_sha256", "generated_by"})
 
 
 def cell_record(result: CellResult) -> dict[str, Any]:
@@ -96,9 +137,11 @@ def cell_differences(golden_data: Mapping[str, Any], result: CellResult) -> list
     return sorted(k for k in set(head) | set(base) if head.get(k) != base.get(k))
 
 
-def parse_golden(path: Path, text: str, *, display: str, stream_name: str, read_stream: Callable[[], str]) -> Golden:
+def parse_golden(path: Path, text: str, *, display: str, stream_name: str, read_stream: Callable[[], str],
+                 material=None) -> Golden:
     """A golden's YAML text validated, its stream (`read_stream`, asked only when the YAML names one) checked
-    against its SHA-256."""
+    against its SHA-256. `material`: where a compact golden's stream and lines are looked up (a `MaterialStore`:
+    `stream(sha256)`, `lines(digest)`); None: nowhere."""
     conflict = _CONFLICT.search(text)
     if conflict:
         line = text.count("\n", 0, conflict.start()) + 1
@@ -111,9 +154,11 @@ def parse_golden(path: Path, text: str, *, display: str, stream_name: str, read_
     data = parse_yaml(_LINES_BLOCK.sub("", text) if blocks else text, path=display, error=GoldenError)
     if not isinstance(data, dict):
         raise GoldenError("not a golden mapping (truncated or hand-edited?)", path=display, fix="restore it or re-bless")
-    if data.get("format") != FORMAT:
-        raise GoldenError(f"format {data.get('format')!r} is not {FORMAT!r}", path=display, field="format",
-                          fix="re-bless with this xisa version")
+    if data.get("format") not in (FORMAT, FORMAT_COMPACT):
+        raise GoldenError(f"format {data.get('format')!r} is neither {FORMAT!r} nor {FORMAT_COMPACT!r}", path=display,
+                          field="format", fix="re-bless with this xisa version")
+    if data["format"] == FORMAT_COMPACT:
+        _check_compact(data, has_lines_block=bool(blocks), display=display)
     for key, kind in _REQUIRED.items():
         value = data.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -142,13 +187,25 @@ def parse_golden(path: Path, text: str, *, display: str, stream_name: str, read_
         raise GoldenError("histogram does not add up to `instructions` (hand-edited?)", path=display,
                           field="histogram", fix="restore it from git or re-bless")
     stream_text = None
-    if data.get("stream"):
+    if data.get("stream") and data["format"] == FORMAT:
         stream_text = read_stream()
         if hashlib.sha256(stream_text.encode("utf-8")).hexdigest() != data["sha256"]:
             raise GoldenError(f"stream file disagrees with the SHA-256 in {Path(display).name}",
                               path=str(Path(display).with_name(stream_name)),
                               fix="restore both files from git or re-bless")
-    return Golden(path=path, data=data, stream_text=stream_text, lines_text=lines_text, display=display)
+    found = (material.stream, material.lines) if material is not None and data["format"] == FORMAT_COMPACT else None
+    return Golden(path=path, data=data, stream_text=stream_text, lines_text=lines_text, display=display, material=found)
+
+
+def _check_compact(data: dict[str, Any], *, has_lines_block: bool, display: str) -> None:
+    """A compact golden names its stream and lines by fingerprint and holds neither."""
+    if data.get("stream") is not None or has_lines_block:
+        field_name = "stream" if data.get("stream") is not None else "lines"
+        raise GoldenError(f"a compact golden ({FORMAT_COMPACT}) holds no `{field_name}` (hand-edited?)", path=display,
+                          field=field_name, fix="restore it from git or re-bless")
+    digest = data.get("lines_sha256")
+    if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+        raise GoldenError("not a SHA-256", path=display, field="lines_sha256", fix="restore it from git or re-bless")
 
 
 def _valid_lines(rows: Any) -> bool:

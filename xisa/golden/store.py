@@ -30,7 +30,8 @@ from xisa.errors import GoldenError, LockError
 from xisa.fsio import refuse_link, write_temp
 from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, display_path, is_valid_name
 from xisa.compile.result import CellResult
-from xisa.golden.record import FORMAT, Golden, cell_fields, parse_golden
+from xisa.golden.material import MaterialStore, lines_digest
+from xisa.golden.record import FORMAT, FORMAT_COMPACT, Golden, cell_fields, parse_golden
 from xisa.yamlio import dump_yaml, parse_yaml
 
 PENDING_SUFFIX = ".pending"
@@ -53,14 +54,18 @@ def _pending(yaml_path: Path) -> Path:
     return yaml_path.with_name(yaml_path.name + PENDING_SUFFIX)
 
 
-def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file: bool,
-                  stages: Mapping[str, str] | None = None,
-                  lines: list[Mapping[str, Any]] | None = None) -> tuple[str, str | None]:
-    """The golden's text: a function of the cell's result and the toolchain facts of its backend only
-    (`describe_toolchain(backends={backend})`), so re-blessing an unchanged cell changes no byte.
-    `stages`: the stage fingerprints to write instead of the result's (`{}`: none, as a golden made
-    before xisa recorded them), so `bless` can tell whether a golden differs in anything else; `lines` the same
-    for the source-line table (`[]`: none)."""
+def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file: bool, layout: str = "full",
+                  stages: Mapping[str, str] | None = None, lines: list[Mapping[str, Any]] | None = None,
+                  lines_sha256: str | None = None) -> tuple[str, str | None]:
+    """The golden's text and its stream file's (None: no stream file): a function of the cell's result and the
+    toolchain facts of its backend only (`describe_toolchain(backends={backend})`), so re-blessing an unchanged
+    cell changes no byte. `stages`: the stage fingerprints to write instead of the result's (`{}`: none, as a
+    golden made before xisa recorded them), so `bless` can tell whether a golden differs in anything else;
+    `lines` the same for the source-line table (`[]`: none), `lines_sha256` for a compact golden's fingerprint of
+    it (`""`: none).
+
+    `layout` "compact" (`xisa-golden/2`): the same record, every field a verdict judges, but no stream file and
+    no source-line table: `lines_sha256` names the table, `sha256` the stream (`xisa.golden.material`)."""
     analysis = result.analysis
     assert analysis is not None
     record = cell_fields(result)
@@ -70,6 +75,11 @@ def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file:
     if stages:
         record["stages"] = dict(stages)
     lines = analysis.lines if lines is None else lines
+    if layout == "compact":
+        digest = (lines_digest(lines) if lines else "") if lines_sha256 is None else lines_sha256
+        if digest:
+            record["lines_sha256"] = digest
+        return dump_yaml({"format": FORMAT_COMPACT, "toolchain": dict(toolchain), **record}), None
     if lines:
         record["lines"] = [dict(row) for row in lines]
     data = {"format": FORMAT, "toolchain": dict(toolchain), **record,
@@ -77,19 +87,20 @@ def render_golden(result: CellResult, *, toolchain: dict[str, str], stream_file:
     return dump_yaml(data), analysis.stream_text if stream_file else None
 
 
-def read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
+def read_golden(path: Path, stream_path: Path, *, display: str, material: MaterialStore | None = None) -> Golden:
     """Read and validate a golden. A bless killed between its two renames left the new YAML as
-    `<name>.pending` beside a new stream: that pair is read as the new golden (and `bless` finishes it)."""
+    `<name>.pending` beside a new stream (or, migrating to the compact layout, with the stream gone): that is
+    read as the new golden (and `bless` finishes it). `material`: where a compact golden's stream is looked up."""
     pending = _pending(path)
     if os.path.lexists(pending):
         try:
-            return _read_golden(pending, stream_path, display=display)
+            return _read_golden(pending, stream_path, display=display, material=material)
         except GoldenError:
             pass
-    return _read_golden(path, stream_path, display=display)
+    return _read_golden(path, stream_path, display=display, material=material)
 
 
-def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
+def _read_golden(path: Path, stream_path: Path, *, display: str, material: MaterialStore | None) -> Golden:
     refuse_link(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -98,7 +109,7 @@ def _read_golden(path: Path, stream_path: Path, *, display: str) -> Golden:
     except OSError as exc:
         raise GoldenError(f"cannot read: {exc.strerror}", path=display) from None
     return parse_golden(path, text, display=display, stream_name=stream_path.name,
-                         read_stream=lambda: _read_stream(stream_path, display))
+                        read_stream=lambda: _read_stream(stream_path, display), material=material)
 
 
 def _read_stream(stream_path: Path, display: str) -> str:
@@ -183,10 +194,11 @@ class GoldenSet:
     owner: str = ""
 
     @classmethod
-    def read(cls, golden_dir: Path, keys: list[Key], *, display_root: Path, owner: str = "") -> "GoldenSet":
+    def read(cls, golden_dir: Path, keys: list[Key], *, display_root: Path, owner: str = "",
+             material: MaterialStore | None = None) -> "GoldenSet":
         """The goldens of `keys` read from `golden_dir` (a link on the way is refused: GoldenError), and the
         keys of every golden there. Outputs name each `owner:path` (`main:golden/...`) or its path from
-        `display_root`."""
+        `display_root`. `material`: where compact goldens' streams and lines are looked up for a review."""
         def show(path: Path) -> str:
             return f"{owner}:" * bool(owner) + display_path(path, display_root)
 
@@ -196,7 +208,7 @@ class GoldenSet:
             entry = entries[key] = GoldenEntry(display=show(yaml_path))
             if yaml_path.exists():
                 try:
-                    entry.golden = read_golden(yaml_path, stream_path, display=entry.display)
+                    entry.golden = read_golden(yaml_path, stream_path, display=entry.display, material=material)
                 except GoldenError as exc:
                     entry.error = exc
         listed = list_goldens(golden_dir)
@@ -210,10 +222,10 @@ class GoldenSet:
 
     @classmethod
     def for_results(cls, golden_dir: Path, results: list[CellResult], *, display_root: Path,
-                    owner: str = "") -> "GoldenSet":
+                    owner: str = "", material: MaterialStore | None = None) -> "GoldenSet":
         """`read` for the cells of `results`."""
         return cls.read(golden_dir, [(r.kernel, r.case, r.target) for r in results], display_root=display_root,
-                        owner=owner)
+                        owner=owner, material=material)
 
     @classmethod
     def of_results(cls, results: list[CellResult], toolchains: Mapping[str, dict[str, str]]) -> "GoldenSet":

@@ -165,6 +165,9 @@ class CellVerdict(NamedByCell):
     # A changed cell's instruction changes by kernel source line, edited lines first (`source_line_changes`);
     # None where a side has no source-line table (a golden blessed before xisa recorded them).
     lines: list[LineChange] | None = None
+    # Why a changed cell's review shows no stream diff, loops or source lines, and how to get them (a compact
+    # golden whose stream this machine never compiled: `Golden.missing_material`); None where nothing is missing.
+    review_note: str | None = None
 
     @property
     def violates_isolation(self) -> bool:
@@ -298,9 +301,10 @@ def other_analyzer(golden: Golden) -> int | None:
 
 
 def judge_cell(result: CellResult, entry: GoldenEntry, *, failures: list[Failure], in_scope: bool,
-               launches: bool = True) -> CellVerdict:
-    """One cell's compile against its golden (`entry`: the golden, none, or why it cannot be read). No I/O.
-    `launches=False` compares with the golden only (no `cannot-launch` verdict)."""
+               launches: bool = True, owner: str = "") -> CellVerdict:
+    """One cell's compile against its golden (`entry`: the golden, none, or why it cannot be read). No I/O but
+    a compact golden's stream and lines, looked up when the cell changed. `launches=False` compares with the
+    golden only (no `cannot-launch` verdict); `owner` names the revision the golden was read from."""
     verdict = CellVerdict(kernel=result.kernel, case=result.case, target=result.target, verdict=SAME,
                           golden_file=entry.display, head=result, in_scope=in_scope, base=entry.golden)
     golden = entry.golden
@@ -319,7 +323,7 @@ def judge_cell(result: CellResult, entry: GoldenEntry, *, failures: list[Failure
     if golden is None:
         verdict.verdict, verdict.message = NEW, "no golden (run `xisa bless` to record it)"
     else:
-        _compare(verdict, golden, result)
+        _compare(verdict, golden, result, owner=owner)
     if verdict.expectations:
         verdict.verdict = EXPECT_FAILED
         verdict.message = "; ".join(str(f) for f in verdict.expectations)
@@ -331,7 +335,7 @@ def judge_cell(result: CellResult, entry: GoldenEntry, *, failures: list[Failure
     return verdict
 
 
-def _compare(verdict: CellVerdict, golden: Golden, result: CellResult) -> None:
+def _compare(verdict: CellVerdict, golden: Golden, result: CellResult, *, owner: str = "") -> None:
     """A compile against its golden: changed when any field of the cell's record differs, with what explains it."""
     delta = compute_delta(golden.data, result)
     if not delta.fields:
@@ -342,9 +346,14 @@ def _compare(verdict: CellVerdict, golden: Golden, result: CellResult) -> None:
     if unseen:
         verdict.message += f": {unseen}"
     verdict.stages = stage_attribution(golden.data, result)
-    if "sha256" in delta.fields and golden.stream_text:
+    if "sha256" in delta.fields and golden.review_stream():
         delta.loops = changed_loops(golden, result)
     verdict.lines = source_line_changes(golden, result)
+    missing = golden.missing_material() if golden.compact else None
+    if missing:
+        revision = owner or "HEAD"
+        verdict.review_note = (f"{missing}; the verdict stands on the counts and fingerprints; for the stream diff, "
+                               f"loops and lines: `xisa diff --base {revision} --compile-base`")
 
 
 def unused_goldens(goldens: GoldenSet, seen: set[tuple[str, str, str]], *, selected_targets: set[str],
@@ -400,7 +409,7 @@ def build_report(results: list[CellResult], failures: dict[str, list[Failure]], 
         key = (result.kernel, result.case, result.target)
         entry = goldens.entry(key)
         verdict = judge_cell(result, entry, failures=failures.get(result.id, []), launches=launches,
-                             in_scope=any(s.covers(*key) for s in parsed_scopes))
+                             in_scope=any(s.covers(*key) for s in parsed_scopes), owner=goldens.owner)
         verdicts.append(verdict)
         if entry.golden is not None:
             golden_toolchains.setdefault(entry.golden.toolchain.get("triton", "?"), []).append(entry.display)

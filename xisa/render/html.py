@@ -148,7 +148,7 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None,
                   for c in (v.delta.loops if v.delta else ())],
         "diff": None, "register_diff": None,
     }
-    base_stream = v.base.stream_text if v.base else None
+    base_stream = v.base.review_stream() if v.base else None
     head_stream = v.head.analysis.stream_text if v.head and v.head.analysis else None
     if base_stream is not None and head_stream is not None and base_stream != head_stream and budget \
             and not budget.left:
@@ -163,8 +163,8 @@ def _cell_data(v: CellVerdict, budget: _DiffBudget | None = None,
             data["diff"], data["register_diff"] = exact, aligned
         else:
             data["diff_note"] = _left_out(v)
-    elif v.verdict == CHANGED and base_stream is None:
-        data["diff_note"] = "the golden has no stream file (stream_files = false): no diff to show"
+    elif v.verdict == CHANGED and base_stream is None and v.base is not None:
+        data["diff_note"] = v.review_note or v.base.missing_material()
     return data
 
 

@@ -274,6 +274,8 @@ def render_markdown(report, *, counts: list[str], title: str, accept: list[str] 
                     lines.append(f"- `{v.kernel}:{v.case}` binding: {moved}")
                 if v.stages is not None:
                     lines.append(f"- `{v.kernel}:{v.case}` stages: {v.stages.phrase()}")
+                if v.review_note:
+                    lines.append(f"- `{v.kernel}:{v.case}`: {v.review_note}")
                 if v.message and Verdict(v.verdict).explained:
                     if v.message in shared_messages:
                         lines.append(f"- `{v.kernel}:{v.case}`: {v.verdict}, the problem below that several cells share")
@@ -332,6 +334,11 @@ def _md_cell(text: str) -> str:
 
 def line_change_lines(v, limit: int = TEXT_LINE_ROWS) -> list[str]:
     """A changed cell's changes by source line, in `LineChange.rank` order, one line each (text output)."""
+    if v.review_note:   # a compact golden this machine never compiled: no stream, no lines
+        return [f"{v.id}: {v.review_note}"]
+    if v.lines is None and v.base is not None and v.base.compact:
+        return [f"{v.id}: source lines unknown (this machine's cache has not the compact golden's table; "
+                "`xisa diff --base HEAD --compile-base` shows them)"]
     if v.lines is None:
         return [f"{v.id}: source lines unknown (a side has no source-line table; record it with `{RECORD_COMMAND}`)"]
     if not v.lines:

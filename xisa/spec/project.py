@@ -13,9 +13,11 @@ from xisa.names import display_path
 
 BUNDLED_TARGETS = Path(__file__).resolve().parent.parent / "_targets"         # in an installed wheel
 REPO_TARGETS = Path(__file__).resolve().parent.parent.parent / "targets"     # in a source checkout
-_SETTINGS = {"specs", "targets", "golden", "stream_files", "cache", "cache_size", "pythonpath", "import_hooks"}
+_SETTINGS = {"specs", "targets", "golden", "golden_layout", "stream_files", "cache", "cache_size", "pythonpath",
+             "import_hooks"}
 DEFAULT_CACHE_SIZE = 2 * 1024 ** 3   # bytes: ~20,000 cells of this repository's corpus (~100 KB a result)
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B?)\s*", re.IGNORECASE)
+GOLDEN_LAYOUTS = ("compact", "full")
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class Project:
     golden_dir: Path
     stream_files: bool
     cache_dir: Path
+    # "compact" (the default: every judged field, the stream and source lines by fingerprint) or "full" (the
+    # stream file beside each golden, the lines inside it); `stream_files` applies to the full layout only.
+    golden_layout: str = "compact"
     config_file: Path | None = None
     kernel_roots: tuple[Path, ...] = field(default=())
     pythonpath: tuple[Path, ...] = field(default=())     # put ahead of sys.path for every kernel load
@@ -153,6 +158,12 @@ def load_project(*, cwd: Path | None = None, spec: list[Path] | None = None, gol
     stream_files = settings.get("stream_files", True)
     if not isinstance(stream_files, bool):
         raise SpecError("must be true or false", path="pyproject.toml", field="tool.xisa.stream_files")
+    # A project that asked for stream files before the compact layout existed keeps the layout that has them.
+    golden_layout = settings.get("golden_layout", "full" if "stream_files" in settings else "compact")
+    if golden_layout not in GOLDEN_LAYOUTS:
+        raise SpecError(f"must be one of {', '.join(repr(v) for v in GOLDEN_LAYOUTS)}, not {golden_layout!r}",
+                        path="pyproject.toml", field="tool.xisa.golden_layout",
+                        fix='golden_layout = "compact" (small goldens) or "full" (stream files committed)')
     cache_env = os.environ.get("XISA_CACHE_DIR")
     if cache_env:
         cache_dir = Path(cache_env)
@@ -172,6 +183,6 @@ def load_project(*, cwd: Path | None = None, spec: list[Path] | None = None, gol
     for path in spec_paths:
         roots.add((path if path.is_dir() else path.parent).resolve())
     return Project(root=root, spec_paths=tuple(spec_paths), target_dirs=tuple(target_dirs), golden_dir=golden_dir,
-                   stream_files=stream_files, cache_dir=cache_dir, config_file=config_file,
+                   stream_files=stream_files, cache_dir=cache_dir, golden_layout=golden_layout, config_file=config_file,
                    kernel_roots=tuple(sorted(roots)), pythonpath=pythonpath, import_hooks=import_hooks,
                    cache_limit=cache_limit)

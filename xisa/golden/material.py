@@ -1,0 +1,129 @@
+"""Review material: the instruction streams and source-line tables that a compact golden (`xisa-golden/2`) names
+by fingerprint instead of holding, kept on this machine beside xisa's cache.
+
+A compact golden holds every field a verdict judges (the stream's `sha256`, the code object's `code_sha256`, the
+counts, ...) but not the stream text nor the source-line table, which only explain a change. Every compile
+xisa judges or blesses puts both here, named by their own SHA-256, so the review of a later change shows the
+stream diff, the loops and the lines of the golden's compile whenever this machine (or a restored CI cache)
+compiled it once. What is read back is hashed again: a file that does not hash to its name is not the
+golden's, and the review then says the material is missing, never shows another stream's diff.
+Entries are content-addressed, so writing one twice writes the same bytes; each is written through a temp
+file and `os.replace`, so an interrupted write leaves no half entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from xisa.compile.result import CellResult
+from xisa.fsio import write_atomic
+
+FOLDER = "review"     # under the cache folder
+_STREAMS, _LINES = "streams", "lines"
+
+
+def lines_text(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The canonical text of a source-line table: what `lines_sha256` fingerprints and the store keeps."""
+    return json.dumps([dict(row) for row in rows], sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def lines_digest(rows: Iterable[Mapping[str, Any]]) -> str:
+    return hashlib.sha256(lines_text(rows).encode("utf-8")).hexdigest()
+
+
+class MaterialStore:
+    """Streams (`streams/<sha256>.isa`) and source-line tables (`lines/<sha256>.json`) under `folder`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @classmethod
+    def in_cache(cls, cache_dir: Path) -> "MaterialStore":
+        return cls(cache_dir / FOLDER)
+
+    def _path(self, kind: str, digest: str, suffix: str) -> Path:
+        return self.folder / kind / digest[:2] / f"{digest}{suffix}"
+
+    def _read(self, path: Path, digest: str) -> str | None:
+        if any(os.path.islink(p) for p in (self.folder, path.parent.parent, path.parent, path)):
+            return None      # never read through a link
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(data).hexdigest() != digest:
+            return None      # damaged or not ours: not the golden's material
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def _put(self, path: Path, text: str) -> bool:
+        """Write an entry unless it is there already, whole (a damaged one, of another size, is replaced);
+        whether it was written."""
+        data = text.encode("utf-8")
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == len(data) and not path.is_symlink():
+                return False
+        if any(os.path.islink(p) for p in (self.folder, path.parent.parent, path.parent, path)):
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, data, mode=0o644)
+        return True
+
+    def stream(self, sha256: str) -> str | None:
+        """The stream text whose SHA-256 is `sha256`, or None when this machine has none."""
+        return self._read(self._path(_STREAMS, sha256, ".isa"), sha256)
+
+    def lines(self, digest: str) -> list[dict[str, Any]] | None:
+        """The source-line table whose canonical text hashes to `digest`, or None."""
+        text = self._read(self._path(_LINES, digest, ".json"), digest)
+        if text is None:
+            return None
+        try:
+            rows = json.loads(text)
+        except ValueError:
+            return None
+        return rows if isinstance(rows, list) else None
+
+    def put_stream(self, text: str) -> str:
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        self._put(self._path(_STREAMS, digest, ".isa"), text)
+        return digest
+
+    def put_lines(self, rows: Iterable[Mapping[str, Any]]) -> str:
+        text = lines_text(rows)
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        self._put(self._path(_LINES, digest, ".json"), text)
+        return digest
+
+    def remember(self, results: Iterable[CellResult]) -> None:
+        """Keep the stream of every compiled result, and its source lines where the stream is new here (a warm
+        check of unchanged cells then costs a `stat` per cell, not a table's serialization; `bless` keeps the
+        lines of every golden it writes). Best effort: a full disk or a read-only cache costs only the material
+        (the review then says it is missing), never the run."""
+        for result in results:
+            analysis = result.analysis
+            if not result.ok or analysis is None or not analysis.stream_text:
+                continue
+            with contextlib.suppress(OSError):
+                if self._put(self._path(_STREAMS, analysis.sha256, ".isa"), analysis.stream_text) and analysis.lines:
+                    self.put_lines(analysis.lines)
+
+    def clear(self) -> int:
+        """Remove the store; the number of streams it held."""
+        if os.path.islink(self.folder):
+            self.folder.unlink()
+            return 0
+        if not self.folder.is_dir():
+            return 0
+        count = sum(1 for _ in (self.folder / _STREAMS).rglob("*.isa"))
+        shutil.rmtree(self.folder)
+        return count
