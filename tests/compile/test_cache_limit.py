@@ -152,3 +152,22 @@ def test_the_run_counts_say_where_each_cell_came_from():
     counts = RunCounts.of([result(cached=True), result(reused_backend=True), result(), result(status="error")])
     assert counts == RunCounts(cells=4, results=1, backend=1, compiled=1, errors=1)
     assert cache_info(Path("/nonexistent/xisa-cache"), 10).size == 0
+
+
+def test_the_review_store_counts_towards_the_limit_and_a_reviewed_stream_is_a_use(tmp_path):
+    """Compact goldens keep their streams in the cache's review store: it is trimmed with the rest, least recently
+    used first, and a stream read for a review counts as a use."""
+    from xisa.golden.material import MaterialStore
+
+    cache = tmp_path / "cache"
+    keys = _entries(cache, 4)
+    review = MaterialStore.in_cache(cache)
+    streams = [review.put_stream(f"bb0:\n  v_add_f32 v{index}, v0, v1\n" + "x" * 1000) for index in range(4)]
+    for index, digest in enumerate(streams):
+        path = cache / "review" / "streams" / digest[:2] / f"{digest}.isa"
+        os.utime(path, (2_000_000 + index, 2_000_000 + index))      # newer than every result entry
+    assert review.stream(streams[0]) is not None                    # reviewed now: the newest of all
+    removed = trim_cache(cache, limit=4000)
+    left = [digest for digest in streams if review.stream(digest) is not None]
+    assert removed > 0 and streams[0] in left and streams[1] not in left
+    assert not any(EntryStore(cache / "results").path(key).exists() for key in keys)   # the oldest went first

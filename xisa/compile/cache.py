@@ -41,6 +41,8 @@ from xisa.compile.toolchain import PINNED_ENV, TRITON_CACHE_FOLDER, unclassified
 CACHE_FORMAT = 3   # 3: entries are {key, digest, body...}; the back-end store (backend_store.py)
 RESULTS = "results"
 BACKEND = "backend"            # the back end's work by its front end's output (xisa.compile.backend_store)
+REVIEW = "review"              # compact goldens' streams and line tables, by SHA-256 (xisa.golden.material)
+REVIEW_STREAMS, REVIEW_LINES = "streams", "lines"   # its two folders: `<sha256>.isa`, `<sha256>.json`
 TRITON = TRITON_CACHE_FOLDER   # where older xisa kept Triton's own cache (now one per run, in the temp folder)
 STATS = "last-run.json"        # what the last run found in the cache (`xisa cache info`)
 TIMINGS = "timings.json"

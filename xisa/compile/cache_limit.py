@@ -16,7 +16,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xisa.compile.cache import BACKEND, RESULTS, STATS, legacy_triton_folder, write_private
+from xisa.compile.cache import BACKEND, RESULTS, REVIEW, REVIEW_LINES, REVIEW_STREAMS, STATS, legacy_triton_folder, write_private
 from xisa.spec.project import DEFAULT_CACHE_SIZE, cache_size_from_environment
 
 LOW_WATER = 0.8   # a trim leaves the cache at this share of its limit
@@ -64,7 +64,15 @@ class RunCounts:
             return None
 
 
-def _entries(folder: Path) -> list[tuple[float, int, Path]]:
+def _trimmable(cache_dir: Path) -> list[tuple[float, int, Path]]:
+    """Every entry the size limit counts: results, the back-end store, and the review store's streams and lines."""
+    review = cache_dir / REVIEW
+    reviewed = [] if review.is_symlink() else (_entries(review / REVIEW_STREAMS, suffix=".isa")
+                                               + _entries(review / REVIEW_LINES))   # never through a link
+    return _entries(cache_dir / RESULTS) + _entries(cache_dir / BACKEND) + reviewed
+
+
+def _entries(folder: Path, suffix: str = ".json") -> list[tuple[float, int, Path]]:
     """(last use, size, path) of each entry under `folder` (`<xx>/<key>.json`), links and temp files left out."""
     found = []
     if not folder.is_dir() or folder.is_symlink():
@@ -73,7 +81,7 @@ def _entries(folder: Path) -> list[tuple[float, int, Path]]:
         if not sub.is_dir(follow_symlinks=False):
             continue
         for entry in os.scandir(sub.path):
-            if entry.name.endswith(".json") and not entry.name.startswith(".tmp-") \
+            if entry.name.endswith(suffix) and not entry.name.startswith(".tmp-") \
                     and entry.is_file(follow_symlinks=False):
                 try:
                     info = entry.stat(follow_symlinks=False)
@@ -102,7 +110,7 @@ def trim_cache(cache_dir: Path, limit: int) -> int:
     for child in cache_dir.iterdir():
         if legacy_triton_folder(child.name) and child.is_dir() and not child.is_symlink():
             shutil.rmtree(child, ignore_errors=True)
-    entries = _entries(cache_dir / RESULTS) + _entries(cache_dir / BACKEND)
+    entries = _trimmable(cache_dir)
     total = sum(size for _, size, _ in entries)
     if total <= limit:
         return 0

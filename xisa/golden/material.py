@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xisa.compile.cache import REVIEW, REVIEW_LINES, REVIEW_STREAMS
 from xisa.compile.result import CellResult
 from xisa.fsio import write_atomic
 
-FOLDER = "review"     # under the cache folder
-_STREAMS, _LINES = "streams", "lines"
+FOLDER = REVIEW       # under the cache folder; its entries count towards the cache's size limit
+_STREAMS, _LINES = REVIEW_STREAMS, REVIEW_LINES
 
 
 def lines_text(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -60,6 +61,8 @@ class MaterialStore:
             return None
         if hashlib.sha256(data).hexdigest() != digest:
             return None      # damaged or not ours: not the golden's material
+        with contextlib.suppress(OSError):
+            os.utime(path)   # used: the cache's least-recently-used trim keeps it longer
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
