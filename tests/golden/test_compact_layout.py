@@ -23,6 +23,12 @@ from xisa.golden.verdict import build_report
 from support import RECORD_BASE as BASE, RECORD_MUTATIONS as MUTATIONS, RECORD_TOOLCHAIN as TOOLCHAIN, git
 
 LAYOUT_LINE = 'golden_layout = "full"\n'
+
+
+@pytest.fixture(autouse=True)
+def _bless_writes(monkeypatch):
+    """These tests bless in this process: CI's own CI variable would refuse every write (as it must for users)."""
+    monkeypatch.delenv("CI", raising=False)
 PER_CELL_BOUND = 8 * 1024      # issue 24: committed bytes per cell on a fresh adoption
 
 
@@ -170,6 +176,7 @@ def test_a_migration_interrupted_at_any_step_leaves_every_golden_old_or_new(tmp_
         except KeyboardInterrupt:
             finished = False
         monkeypatch.undo()
+        monkeypatch.delenv("CI", raising=False)   # undone with the crash points
         for case in ("c", "d"):
             read = read_golden(*golden_paths(golden, "k", case, "gfx942"), display=case)
             assert read.data["sha256"] == BASE.analysis.sha256 and read.data["code_sha256"] == BASE.analysis.code_sha256

@@ -298,8 +298,8 @@ def test_a_library_moved_from_site_packages_to_vendor_keeps_its_lines_and_the_ed
     every line with itself (no phantom removed/added lines) and the edited line comes first, on both vendors."""
     library = {"fakelib/__init__.py": "", "fakelib/ops.py": LIBRARY_KERNEL}
     site = write_files(tmp_path / "venv" / "lib" / "python3.11" / "site-packages", library)
-    project = write_files(tmp_path / "proj", {
-        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+    project = write_files(tmp_path / "proj", {   # the full layout: the goldens' own line tables are compared
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\ngolden_layout = "full"\n',
         "kernels/lib.yaml": "name: lib\nmodule: fakelib.ops\nfunction: kern\ntargets: [gfx942, sm_90]\ncases:\n"
                             "  - name: c\n    args: {x_ptr: '*fp32', y_ptr: '*fp32'}\n    constexprs: {BLOCK: 256}\n"})
     with pytest.MonkeyPatch.context() as patch:
@@ -315,7 +315,8 @@ def test_a_library_moved_from_site_packages_to_vendor_keeps_its_lines_and_the_ed
     git(project, "add", "-A")
     git(project, "commit", "-qm", "goldens with fakelib installed")
     write_files(project / "vendor", library)               # vendored as it is: nothing changes, DWARF included
-    (project / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["kernels"]\npythonpath = ["vendor"]\n')
+    (project / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["kernels"]\ngolden_layout = "full"\n'
+                                            'pythonpath = ["vendor"]\n')
     moved = _cells(run_xisa("compile", "--json", cwd=project))
     for arch in ARCHS:
         assert moved[f"lib:c@{arch}"]["lines"] == goldens[arch]["lines"]
