@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xisa.capture_site._xisa_capture_hook import CONFIG_POLICIES, NO_RUN_VARIABLE, POLICY_VARIABLE, RECORDS_VARIABLE
+from xisa.capture_site._xisa_capture_hook import (ANSWER_AS_VARIABLE, CONFIG_POLICIES, NO_RUN_VARIABLE, POLICY_VARIABLE,
+                                                  RECORDS_VARIABLE, TARGET_DIRS_VARIABLE)
 from xisa.errors import UsageError
 from xisa.names import display_path
 from xisa.spec.project import load_project
@@ -90,8 +91,8 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
     try:
         env = _hook_environment(records_dir, no_run=no_run, config_policy=config_policy)
         if answer_as is not None:
-            env["XISA_CAPTURE_AS"] = answer_as
-            env["XISA_CAPTURE_TARGETS"] = os.pathsep.join(str(d) for d in project.target_dirs)
+            env[ANSWER_AS_VARIABLE] = answer_as
+            env[TARGET_DIRS_VARIABLE] = os.pathsep.join(str(d) for d in project.target_dirs)
         try:
             code = subprocess.run(command, cwd=cwd, env=env).returncode
         except (FileNotFoundError, PermissionError) as exc:
@@ -132,7 +133,7 @@ def device_answer_target(answer_as: str | None, *, no_run: bool, chosen: list[st
     configs no GPU picks. XISA_CAPTURE_AS in the environment stands for `--as`; elsewhere (and under `--no-run` on a
     machine with a GPU, whose tensors the program still allocates there): the machine's device."""
     if answer_as is None:
-        answer_as = os.environ.get("XISA_CAPTURE_AS") or None
+        answer_as = os.environ.get(ANSWER_AS_VARIABLE) or None
     if answer_as is None and no_run and not _has_gpu():
         answer_as = chosen[0] if len(chosen) == 1 else DEFAULT_ANSWER_TARGET
     if answer_as is not None and answer_as not in known:

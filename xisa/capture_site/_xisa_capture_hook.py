@@ -12,6 +12,8 @@ import sys
 RECORDS_VARIABLE = "XISA_CAPTURE_RECORDS"
 NO_RUN_VARIABLE = "XISA_CAPTURE_NO_RUN"            # "1": record each launch, compile and run nothing
 POLICY_VARIABLE = "XISA_CAPTURE_CONFIG_POLICY"     # one of CONFIG_POLICIES
+ANSWER_AS_VARIABLE = "XISA_CAPTURE_AS"             # a target: the program's device queries answered as its GPU
+TARGET_DIRS_VARIABLE = "XISA_CAPTURE_TARGETS"      # the folders of its target files (os.pathsep-separated)
 # How an autotuner with several configs picks the one a launch uses (and the case records):
 CONFIG_POLICIES = {
     "bench": "the autotuner benchmarks each config, as the program does (needs the kernels to run)",

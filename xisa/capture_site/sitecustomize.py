@@ -35,9 +35,9 @@ The methods wrapped have the same signatures in Triton 3.6 and 3.8 (`run(self, *
 import os
 import sys
 
-from _xisa_capture_hook import (CONFIG_POLICIES, MODULES, NO_RUN_VARIABLE, POLICY_VARIABLE, RECORDS_VARIABLE,
-                                PatchOnImport, WouldBenchmark, innermost, interpreted_class, launch_classes, patch,
-                                wrapper_classes)
+from _xisa_capture_hook import (ANSWER_AS_VARIABLE, CONFIG_POLICIES, MODULES, NO_RUN_VARIABLE, POLICY_VARIABLE,
+                                RECORDS_VARIABLE, TARGET_DIRS_VARIABLE, PatchOnImport, WouldBenchmark, innermost,
+                                interpreted_class, launch_classes, patch, wrapper_classes)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 TWO_GIB = 2**31 - 1   # the AMD backend's bound for tt.pointer_range 32 (HIPBackend.is_within_2gb)
@@ -189,7 +189,7 @@ class _Recorder:
             "args": described_args, "specialization": specialization, "constexprs": constexprs,
             "options": options, "autotune": chosen, "config_chosen_by": chosen_by, "heuristics": computed,
             "no_run": self.no_run,
-            "answered_as": os.environ.get("XISA_CAPTURE_AS"),   # the target whose GPU answered the device queries
+            "answered_as": os.environ.get(ANSWER_AS_VARIABLE),   # the target whose GPU answered the device queries
             "warmup": bool(kwargs.get("warmup")), "test": os.environ.get("PYTEST_CURRENT_TEST"),
             "generated": self.sources.describe(kernel),   # None: its module imports by name elsewhere too
             "time": time.time_ns(),   # orders the launches of several processes
@@ -474,15 +474,15 @@ def _install() -> None:
 # that target's reference product (xisa.compile.target_driver.answer_device_queries), for a capture on a machine
 # without its GPU; XISA_CAPTURE_TARGETS: the target folders (os.pathsep-separated), else the working folder's project.
 # Asked for explicitly, so a failure stops the program in one line instead of letting it see this machine's device.
-if os.environ.get("XISA_CAPTURE_AS"):
+if os.environ.get(ANSWER_AS_VARIABLE):
     sys.path.append(os.path.dirname(os.path.dirname(_HERE)))   # xisa itself, wherever the program's Python is
     try:
         from xisa.compile.target_driver import answer_device_queries
 
-        _folders = [p for p in os.environ.get("XISA_CAPTURE_TARGETS", "").split(os.pathsep) if p]
-        answer_device_queries(os.environ["XISA_CAPTURE_AS"], [__import__("pathlib").Path(p) for p in _folders] or None)
+        _folders = [p for p in os.environ.get(TARGET_DIRS_VARIABLE, "").split(os.pathsep) if p]
+        answer_device_queries(os.environ[ANSWER_AS_VARIABLE], [__import__("pathlib").Path(p) for p in _folders] or None)
     except Exception as exc:
-        print(f"xisa capture: XISA_CAPTURE_AS={os.environ['XISA_CAPTURE_AS']}: {exc}", file=sys.stderr, flush=True)
+        print(f"xisa capture: {ANSWER_AS_VARIABLE}={os.environ[ANSWER_AS_VARIABLE]}: {exc}", file=sys.stderr, flush=True)
         os._exit(2)
 
 _install()

@@ -225,10 +225,11 @@ def make_tensor(value: dict, *, path: str, field: str) -> StandInTensor:
         align = derived
     align = 16 if align is None else align
     view_strides = tuple(strides) if strides is not None else contiguous_strides(shape)
-    placed = offset if "offset" in value else default_offset(shape, view_strides)
-    if placed < default_offset(shape, view_strides):
+    back = default_offset(shape, view_strides)   # how far negative strides reach back from the first element
+    placed = offset if "offset" in value else back
+    if placed < back:
         raise SpecError(f"offset {offset} puts the view's lowest element before its storage (its negative strides "
-                        f"reach {default_offset(shape, view_strides)} elements back)", path=path,
+                        f"reach {back} elements back)", path=path,
                         field=f"{field}.offset", fix="give the offset of the view's first element in its storage")
     needed = view_end(shape, view_strides, placed) * itemsize
     nbytes = needed
