@@ -361,3 +361,33 @@ def test_an_unknown_target_to_answer_as_is_refused_before_the_command_runs(tmp_p
     out = run_xisa_in_process("capture", "--no-run", "--as", "sm_99", "--", sys.executable, "-c",
                               f"open({str(marker)!r}, 'w')", cwd=tmp_path)
     assert out.code == 2 and "--as: 'sm_99' is not a target of this project" in out.err and not marker.exists()
+
+
+def test_a_no_run_program_that_makes_a_cuda_tensor_is_told_its_line_and_the_fix(tmp_path, run_xisa):
+    """Under --no-run the device's queries are answered as a GPU (is_available() is True), so a program that picks
+    its tensors' device by it makes a CUDA tensor on a machine with none: one line naming its own line and the
+    variable to pick the device by, not a frame of torch."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "uses_gpu.py").write_text(USES_GPU)
+    (root / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["captured"]\n')
+    out = run_xisa("capture", "--no-run", "--no-check", "--as", "sm_90", "--", sys.executable, "uses_gpu.py",
+                   cwd=root, process=True)
+    assert out.code == 1, out.err
+    assert "a library asked the device for a live GPU (uses_gpu.py:12, in <module>)" in out.err
+    assert "XISA_CAPTURE_NO_RUN=1" in out.err
+
+
+USES_GPU = """import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def fill(y_ptr):
+    tl.store(y_ptr, 1.0)
+
+
+DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
+fill[(1,)](torch.empty(4, device=DEVICE))
+"""

@@ -2,6 +2,7 @@
 cumsum, gated-delta-rule and GLA in their recurrent and chunked forms. What an adopter runs under `xisa capture`.
 On a GPU the launches are real (fla's autotuners benchmark); without one, under `xisa capture --no-run`. Each op is
 tried on its own: one that fails is reported, the others go on. Outputs are checked loosely where cheap."""
+import os
 import sys
 import traceback
 
@@ -14,7 +15,8 @@ from fla.ops.gla import chunk_gla, fused_recurrent_gla
 from fla.ops.utils.cumsum import chunk_local_cumsum
 
 torch.manual_seed(0)
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Under `xisa capture --no-run` the device's queries are answered as a GPU, but tensors live on this machine.
+DEVICE = "cpu" if os.environ.get("XISA_CAPTURE_NO_RUN") == "1" or not torch.cuda.is_available() else "cuda"
 B, T, H, K, V = 1, 128, 2, 64, 64
 
 

@@ -13,7 +13,9 @@ from liger_kernel.ops.softmax import LigerSoftmaxFunction
 from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
 torch.manual_seed(0)
-DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available() else "cuda"
+# Under `xisa capture --no-run` the device's queries are answered as a GPU, but tensors live on this machine.
+CPU_ONLY = os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("XISA_CAPTURE_NO_RUN") == "1"
+DEVICE = "cpu" if CPU_ONLY or not torch.cuda.is_available() else "cuda"
 torch.set_default_device(DEVICE)
 
 

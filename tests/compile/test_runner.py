@@ -99,3 +99,29 @@ def test_shards_merge_to_the_unsharded_report(run_xisa, tinyproj, tmp_path):
     Path(paths[1]).write_text(json.dumps(other))
     mixed = run_xisa("merge", *paths, cwd=tinyproj)
     assert mixed.code == 2 and "different toolchains" in mixed.err
+
+
+def _cells(places: list[tuple[str, str]]):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(target=SimpleNamespace(name=t), kernel=SimpleNamespace(spec_file=k)) for t, k in places]
+
+
+def test_a_worker_gets_the_cells_its_loads_serve_first():
+    """A library that asks the device loads once per target per worker (fla: about a second each): a worker keeps to
+    the targets it has, a fresh one starts a target nobody has, and only then does any worker take another's."""
+    from types import SimpleNamespace
+
+    from xisa.compile.runner import _Pending
+
+    cells = _cells([("gfx942", "a"), ("sm_90", "a"), ("gfx942", "b"), ("sm_90", "b"), ("gfx942", "a"),
+                    ("sm_90", "a")])
+    pending = _Pending(cells, list(range(len(cells))))   # longest first, as the runner orders them
+    one, two = (SimpleNamespace(targets=[], places=[]) for _ in range(2))
+    assert [pending.next_for(one), pending.next_for(two)] == [0, 1]        # one target each
+    assert [pending.next_for(one), pending.next_for(two)] == [4, 5]        # the kernel it has loaded, then
+    assert [pending.next_for(one), pending.next_for(two)] == [2, 3]        # its target's other kernel
+    assert not pending
+    late = _Pending(cells, [0, 2, 4, 1])
+    first = SimpleNamespace(targets=[], places=[])
+    assert [late.next_for(first) for _ in range(4)] == [0, 4, 2, 1]        # its own target's cells, then the rest

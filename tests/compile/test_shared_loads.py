@@ -66,3 +66,27 @@ def test_a_load_that_ran_code_after_the_package_import_is_not_shared(tmp_path):
     alone = compile_here(root, tmp_path / "cache-b", use_cache=False)
     for cell in ("op_b:c@gfx942", "op_b:c@gfx1100"):
         assert both[cell].analysis.code_sha256 == alone[cell].analysis.code_sha256, cell
+
+
+def test_a_function_block_found_again_comes_from_the_lines_alone():
+    """Each @triton.jit asks inspect for its function's source (tokenizing it: most of a library's load, once per
+    target): the block found for the same lines is given again, other lines get their own, and a caller that
+    changes the list it got changes nothing for the next."""
+    import inspect
+
+    from xisa.compile.loader import _remembered_getblock
+
+    calls = []
+
+    def counting(lines):
+        calls.append(len(lines))
+        return inspect.getblock(lines)
+
+    getblock = _remembered_getblock(counting)
+    text = ["def f():\n", "    return 1\n", "\n", "def g():\n", "    return 2\n"]
+    edited = ["def f():\n", "    return 3\n", "    return 1\n", "\n"]
+    first = getblock(list(text))
+    first.append("junk\n")
+    assert getblock(list(text)) == text[:2] and getblock(text[3:]) == text[3:]
+    assert getblock(edited) == edited[:3]
+    assert len(calls) == 3     # f, g and the edited f tokenized once each

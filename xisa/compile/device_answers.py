@@ -15,6 +15,7 @@ silently different config; the context that answers turns it into a one-line `Ta
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -79,7 +80,7 @@ class DeviceAnswers:
         self.asked.append(query)
         self.askers.update(_asking_packages())
 
-    def refuse(self, query: str, fact: str | None = None, why: str = "") -> UnansweredDeviceQuery:
+    def refuse(self, query: str, fact: str | None = None, why: str = "", fix: str = "") -> UnansweredDeviceQuery:
         """The error for a query with no answer, recorded (a bare `except:` that swallows it is still caught)."""
         target = self.target
         if target is None:
@@ -93,7 +94,7 @@ class DeviceAnswers:
         else:
             error = TargetError(f"a library asked the device for {query}: {why or 'xisa compiles with no GPU'}",
                                 path=target.path or target.name, field="device",
-                                fix="ask it in the launch function instead (xisa runs no launch)")
+                                fix=fix or "ask it in the launch function instead (xisa runs no launch)")
         refused = UnansweredDeviceQuery(error)
         self.refused.append(refused)
         return refused
@@ -259,6 +260,7 @@ def _refused(answers: DeviceAnswers, query: str):
     raise answers.refuse(query)
 
 
+@functools.cache   # once a process: every load and compile asks, and the headers are the installed Triton's
 def toolkit_versions() -> dict[str, str]:
     """torch.version.cuda / .hip as the installed Triton's bundled toolkits spell them: the CUDA of its cuda.h
     (CUDA_VERSION 13010 -> '13.1') and the HIP of its hip_version.h ('7.1.25424'), the toolkits the kernel's
@@ -299,8 +301,12 @@ def torch_answers(answers: DeviceAnswers) -> Iterator[None]:
     original_init = vars(torch.cuda).get("_lazy_init")
 
     def lazy_init(*_args, **_kwargs):
-        caller = sys._getframe(1).f_code.co_name
-        raise answers.refuse(f"torch.cuda.{caller}()", why="it needs a live GPU (a stream, an event, memory)")
+        caller = sys._getframe(1)   # torch.cuda.synchronize, or the program's own line (a CUDA tensor made in C++)
+        module = caller.f_globals.get("__name__", "")
+        call = f"{module}.{caller.f_code.co_name}()" if module.startswith("torch.cuda") else "a live GPU"
+        raise answers.refuse(f"{call}{_called_from(caller)}",
+                             why="a CUDA tensor, a stream, an event or memory needs one, and only the device's "
+                                 "queries are answered", fix=_LIVE_GPU_FIX)
 
     for module in [m for n, m in list(sys.modules.items()) if n == "torch.cuda" or n.startswith("torch.cuda.")]:
         if module is not None and original_init is not None and vars(module).get("_lazy_init") is original_init:
@@ -321,3 +327,19 @@ def torch_answers(answers: DeviceAnswers) -> Iterator[None]:
 
 
 _ABSENT = object()
+
+# Under `xisa capture --no-run` the program runs on this machine: its tensors must be CPU tensors. It sees
+# XISA_CAPTURE_NO_RUN=1 (`NO_RUN_VARIABLE` of xisa/capture_site/_xisa_capture_hook.py) to pick them by.
+_LIVE_GPU_FIX = ("under `xisa capture --no-run` give the program CPU tensors (it runs with XISA_CAPTURE_NO_RUN=1 "
+                 "set: pick the device by it, not by torch.cuda.is_available(), which answers as the GPU), or "
+                 "capture on a GPU; in a kernel's module, make it in the launch function (xisa runs no launch)")
+
+
+def _called_from(frame) -> str:
+    """` (run.py:22, in norms)`: the first frame outside torch, the program's own line that needed the GPU."""
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "torch":
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    code = frame.f_code
+    return f" ({code.co_filename.rpartition('/')[2]}:{frame.f_lineno}, in {code.co_name})"

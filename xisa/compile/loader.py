@@ -262,17 +262,34 @@ def _first_line(exc: Exception) -> str:
 # Code objects by (path, SHA-256 of the source bytes): a process compiles each text once, however many loads import
 # it (a library imported anew for each target). Keyed by content, never by mtime.
 _COMPILED: dict[tuple[str, str], types.CodeType] = {}
+# `inspect.getblock`'s answers by the lines it was given (a function's line to the file's end): each @triton.jit
+# decorator asks `inspect.getsourcelines`, which tokenizes its function anew, 70% of loading fla (2,700 kernels) once
+# per target. The answer depends on those lines alone, so the same lines get it from here.
+_BLOCKS: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _remembered_getblock(getblock):
+    def remembered(lines):
+        key = tuple(lines)
+        block = _BLOCKS.get(key)
+        if block is None:
+            block = _BLOCKS[key] = tuple(getblock(lines))
+        return list(block)
+
+    return remembered
 
 
 @contextlib.contextmanager
 def _from_source() -> Iterator[None]:
     """Compile the modules a load imports from source (the toolchain's aside) and write no bytecode; a text compiled
-    before in this process is not compiled again."""
+    before in this process is not compiled again, nor a function's source block found again."""
     import hashlib
+    import inspect
     from importlib.machinery import SourceFileLoader
 
     saved = sys.dont_write_bytecode
     get_code = SourceFileLoader.get_code
+    getblock = inspect.getblock
 
     def code_from_source(loader, fullname):
         if is_toolchain_module(fullname):   # keyed as the toolchain, not per cell: imported as usual (a library's
@@ -286,11 +303,13 @@ def _from_source() -> Iterator[None]:
 
     sys.dont_write_bytecode = True
     SourceFileLoader.get_code = code_from_source
+    inspect.getblock = _remembered_getblock(getblock)
     try:
         yield
     finally:
         sys.dont_write_bytecode = saved
         SourceFileLoader.get_code = get_code
+        inspect.getblock = getblock
 
 
 def _knob_settings() -> dict[str, dict[str, Any]]:

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -170,6 +171,8 @@ class _Worker:
         child.close()
         self.index: int | None = None
         self.started = 0.0
+        self.targets: list[str] = []                 # the targets and (target, spec file) pairs of the cells it had,
+        self.places: list[tuple[str, str]] = []      # in order: its loads (a replaced worker starts with none)
 
     def give(self, index: int) -> None:
         self.index, self.started = index, time.monotonic()
@@ -271,17 +274,66 @@ def _scratch_folder(prefix: str, cache_dir: Path) -> Path:
                          f"{reason}", field="TMPDIR", fix="free disk space, or point TMPDIR at a writable folder")
 
 
+class _Pending:
+    """The cells still to give out, longest first, each worker's next chosen where its loads serve it.
+
+    A worker loads each kernel module once, and once per target for a library that asks the device at import (fla:
+    about a second a load): a worker that has compiled cells of a target gets that target's longest cell next (of
+    a kernel it has loaded, if there is one), one that has none a target no other worker has started; only when
+    its own targets are done does it take the longest cell left. Which worker compiles a cell changes no result."""
+
+    def __init__(self, cells: list[Cell], todo: list[int]):
+        self.order = deque(todo)
+        self.by_target: dict[str, deque[int]] = {}
+        self.by_kernel: dict[tuple[str, str], deque[int]] = {}
+        self.given: set[int] = set()
+        self.place = {}
+        for index in todo:
+            cell = cells[index]
+            place = self.place[index] = (cell.target.name, str(cell.kernel.spec_file))
+            self.by_target.setdefault(place[0], deque()).append(index)
+            self.by_kernel.setdefault(place, deque()).append(index)
+        self.started: set[str] = set()   # targets some worker has had a cell of
+
+    def __bool__(self) -> bool:
+        return len(self.given) < len(self.place)
+
+    def next_for(self, worker: "_Worker") -> int:
+        for queue in [self.by_kernel.get(place) for place in worker.places] + \
+                [self.by_target.get(target) for target in worker.targets] + \
+                [self.by_target[target] for target in self.by_target if target not in self.started]:
+            index = self._first(queue)
+            if index is not None:
+                return self._give(index, worker)
+        return self._give(self._first(self.order), worker)
+
+    def _first(self, queue: deque[int] | None) -> int | None:
+        while queue:
+            if queue[0] not in self.given:
+                return queue[0]
+            queue.popleft()
+        return None
+
+    def _give(self, index: int, worker: "_Worker") -> int:
+        self.given.add(index)
+        target, kernel = self.place[index]
+        self.started.add(target)
+        worker.targets.append(target) if target not in worker.targets else None
+        worker.places.append((target, kernel)) if (target, kernel) not in worker.places else None
+        return index
+
+
 def _pool(cells, todo, options):
     jobs = options.jobs or available_cores()
     jobs = max(1, min(jobs, len(todo)))
     ctx = multiprocessing.get_context("fork")
-    pending = list(todo)
+    pending = _Pending(cells, todo)
     workers = [_Worker(ctx) for _ in range(jobs)]
     try:
         while pending or any(w.index is not None for w in workers):
             for worker in workers:
                 if worker.index is None and pending:
-                    worker.give(pending.pop(0))
+                    worker.give(pending.next_for(worker))
             busy = [w for w in workers if w.index is not None]
             now = time.monotonic()
             deadline = min(w.started + options.timeout for w in busy)
