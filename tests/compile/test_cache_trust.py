@@ -415,7 +415,7 @@ def test_cache_of_another_user_is_refused(run_xisa, tinyproj, tmp_path):
 
 
 def _backend_entries(cache: Path) -> dict[Path, dict]:
-    return {p: json.loads(p.read_text()) for p in (cache / "backend").rglob("*.json")}
+    return {p: {"key": p.stem, **EntryStore(p.parent.parent).read(p.stem)} for p in (cache / "backend").rglob("*.json")}
 
 
 def test_no_cache_and_cache_clear_never_reuse_the_back_end_store(run_xisa, tinyproj, tmp_path):

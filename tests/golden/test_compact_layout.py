@@ -290,3 +290,49 @@ def test_a_damaged_store_entry_is_replaced_by_the_next_compile_of_its_stream(tmp
     assert store.stream(sha) is None                          # never shown: it does not hash to its name
     store.remember([BASE])
     assert store.stream(sha) == BASE.analysis.stream_text
+
+
+# --- goldens' YAML parsed once: the parse of the same text, from the cache's review store --------------------
+
+def test_a_golden_text_is_parsed_from_the_store_only_when_it_is_the_same_text(tmp_path, monkeypatch):
+    from xisa import yamlio
+    from xisa.errors import GoldenError
+    from xisa.golden import material as material_module
+    from xisa.golden.material import MaterialStore
+
+    store = MaterialStore(tmp_path / "review")
+    parses = []
+    real = yamlio.parse_yaml
+    monkeypatch.setattr(material_module, "parse_yaml", lambda text, **kw: parses.append(text) or real(text, **kw))
+    text = "format: x\nhistogram:\n  v_add_f32: 3\nratio: 0.5\nflag: true\nnone: null\n"
+    first = store.parse(text, path="g.yaml", error=GoldenError)
+    assert store.parse(text, path="g.yaml", error=GoldenError) == first and len(parses) == 1   # from the store
+    edited = text.replace("v_add_f32: 3", "v_add_f32: 4")
+    assert store.parse(edited, path="g.yaml", error=GoldenError)["histogram"] == {"v_add_f32": 4}   # parsed anew
+    typed = store.parse(text, path="g.yaml", error=GoldenError)
+    assert [type(typed[k]) for k in ("ratio", "flag", "none")] == [float, bool, type(None)]
+    int_keys = "lines:\n  3: a\n"       # JSON would give "3": never kept, parsed each time
+    assert store.parse(int_keys, path="g.yaml", error=GoldenError) == {"lines": {3: "a"}}
+    assert store.parse(int_keys, path="g.yaml", error=GoldenError) == {"lines": {3: "a"}}
+    assert parses.count(int_keys) == 2
+    with pytest.raises(GoldenError, match="duplicate"):   # a bad text is refused as ever, and stays refused
+        store.parse("a: 1\na: 2\n", path="g.yaml", error=GoldenError)
+    with pytest.raises(GoldenError, match="duplicate"):
+        store.parse("a: 1\na: 2\n", path="g.yaml", error=GoldenError)
+
+
+def test_a_parsed_golden_is_never_read_through_a_link(tmp_path):
+    import hashlib
+
+    from xisa.errors import GoldenError
+    from xisa.golden.material import MaterialStore
+
+    store = MaterialStore(tmp_path / "review")
+    text = "a: 1\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    planted = tmp_path / "elsewhere.json"
+    planted.write_text('{"parsed": {"a": 2}}')
+    folder = tmp_path / "review" / "parsed" / digest[:2]
+    folder.mkdir(parents=True)
+    (folder / f"{digest}.json").symlink_to(planted)
+    assert store.parse(text, path="g.yaml", error=GoldenError) == {"a": 1}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from xisa.analyze.expect import check_against_targets
@@ -26,6 +26,9 @@ class Workspace:
     project: Project
     targets: dict[str, Target]
     specs: list[KernelSpec]
+    # What `select` built, by its arguments: a check asks twice (the whole selection, then its shard's cells), and
+    # building thousands of cells is a tenth of a warm check.
+    _selected: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def material(self) -> MaterialStore:
@@ -33,6 +36,13 @@ class Workspace:
         return MaterialStore.in_cache(self.project.cache_dir)
 
     def select(self, *, arch: list[str] | None = None, kernel: list[str] | None = None) -> tuple[list[Target], list[Cell]]:
+        asked = (tuple(arch) if arch is not None else None, tuple(kernel) if kernel is not None else None)
+        if asked not in self._selected:
+            self._selected[asked] = self._select(arch=arch, kernel=kernel)
+        chosen, cells = self._selected[asked]
+        return list(chosen), list(cells)
+
+    def _select(self, *, arch: list[str] | None, kernel: list[str] | None) -> tuple[list[Target], list[Cell]]:
         chosen = select_targets(self.targets, arch)
         if kernel:
             names = {s.name for s in self.specs}

@@ -38,11 +38,12 @@ from xisa.compile.state import WORKER
 from xisa.spec.cases import Cell
 from xisa.compile.toolchain import PINNED_ENV, TRITON_CACHE_FOLDER, unclassified_environment
 
-CACHE_FORMAT = 3   # 3: entries are {key, digest, body...}; the back-end store (backend_store.py)
+CACHE_FORMAT = 4   # 4: an entry is a header line {key, digest of the body's bytes}, then the body; 3: the back-end store (backend_store.py)
 RESULTS = "results"
 BACKEND = "backend"            # the back end's work by its front end's output (xisa.compile.backend_store)
 REVIEW = "review"              # compact goldens' streams and line tables, by SHA-256 (xisa.golden.material)
 REVIEW_STREAMS, REVIEW_LINES = "streams", "lines"   # its two folders: `<sha256>.isa`, `<sha256>.json`
+REVIEW_PARSED = "parsed"        # and goldens' YAML parsed, by the SHA-256 of their text: `<sha256>.json`
 TRITON = TRITON_CACHE_FOLDER   # where older xisa kept Triton's own cache (now one per run, in the temp folder)
 STATS = "last-run.json"        # what the last run found in the cache (`xisa cache info`)
 TIMINGS = "timings.json"
@@ -125,10 +126,6 @@ def legacy_triton_folder(name: str) -> bool:
     """A Triton cache folder an older xisa kept in the cache folder (`triton`, `triton-2` ... `triton-5`): no xisa
     reads it any more; `xisa cache clear` and the size limit remove it."""
     return re.fullmatch(r"triton(-[0-9]+)?", name) is not None
-
-
-def _digest(record: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
 # --- trust: a cache folder or entry someone else could have written is refused ---------------------
@@ -221,17 +218,24 @@ class EntryStore:
             _check_subfolder(path.parent)
             self._checked.add(path.parent)
         raw = read_entry(path)
+        if raw is None:
+            return None
+        head, newline, body = raw.partition(b"\n")
         try:
-            data = json.loads(raw) if raw is not None else None
-            if not isinstance(data, dict) or data.pop("key", None) != key:
+            header = json.loads(head)
+            if not newline or not isinstance(header, dict) or header.get("key") != key or \
+                    header.get("digest") != hashlib.sha256(body).hexdigest():
                 return None
-            return data if data.pop("digest", None) == _digest(data) else None
+            data = json.loads(body)
+            return data if isinstance(data, dict) else None
         except (ValueError, TypeError):
             return None  # corrupt: compile again
 
     def write(self, key: str, body: dict[str, Any]) -> None:
         path = self.path(key)
-        text = json.dumps({"key": key, "digest": _digest(body), **body}, sort_keys=True)
+        # A header line (the key, the digest of the body's bytes), then the body: a read hashes bytes, not a dump.
+        text = json.dumps(body, sort_keys=True)
+        text = json.dumps({"key": key, "digest": hashlib.sha256(text.encode()).hexdigest()}) + "\n" + text
         try:
             path.parent.parent.mkdir(exist_ok=True, mode=0o700)
             path.parent.mkdir(exist_ok=True, mode=0o700)

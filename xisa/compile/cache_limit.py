@@ -16,7 +16,8 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xisa.compile.cache import BACKEND, RESULTS, REVIEW, REVIEW_LINES, REVIEW_STREAMS, STATS, legacy_triton_folder, write_private
+from xisa.compile.cache import (BACKEND, RESULTS, REVIEW, REVIEW_LINES, REVIEW_PARSED, REVIEW_STREAMS, STATS,
+                               legacy_triton_folder, write_private)
 from xisa.spec.project import DEFAULT_CACHE_SIZE, cache_size_from_environment
 
 LOW_WATER = 0.8   # a trim leaves the cache at this share of its limit
@@ -65,10 +66,12 @@ class RunCounts:
 
 
 def _trimmable(cache_dir: Path) -> list[tuple[float, int, Path]]:
-    """Every entry the size limit counts: results, the back-end store, and the review store's streams and lines."""
+    """Every entry the size limit counts: results, the back-end store, and the review store's streams, lines and
+    parsed goldens."""
     review = cache_dir / REVIEW
     reviewed = [] if review.is_symlink() else (_entries(review / REVIEW_STREAMS, suffix=".isa")
-                                               + _entries(review / REVIEW_LINES))   # never through a link
+                                               + _entries(review / REVIEW_LINES)
+                                               + _entries(review / REVIEW_PARSED))   # never through a link
     return _entries(cache_dir / RESULTS) + _entries(cache_dir / BACKEND) + reviewed
 
 

@@ -151,7 +151,9 @@ def parse_golden(path: Path, text: str, *, display: str, stream_name: str, read_
     if len(blocks) > 1:
         raise GoldenError("duplicate key `lines`", path=display, field="lines", fix="restore it from git or re-bless")
     lines_text = blocks[0] if blocks else None
-    data = parse_yaml(_LINES_BLOCK.sub("", text) if blocks else text, path=display, error=GoldenError)
+    body = _LINES_BLOCK.sub("", text) if blocks else text
+    data = material.parse(body, path=display, error=GoldenError) if material is not None else \
+        parse_yaml(body, path=display, error=GoldenError)
     if not isinstance(data, dict):
         raise GoldenError("not a golden mapping (truncated or hand-edited?)", path=display, fix="restore it or re-bless")
     if data.get("format") not in (FORMAT, FORMAT_COMPACT):

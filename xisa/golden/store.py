@@ -135,8 +135,20 @@ def read_golden_toolchain(path: Path) -> dict[str, str] | None:
     except (OSError, UnicodeDecodeError):
         return None
     block = _TOOLCHAIN_BLOCK.search(text)
+    if block is None:
+        return _parsed_toolchain(text, str(path))
+    if block.group(0) not in _TOOLCHAIN_BLOCKS:   # the goldens of one toolchain share a few blocks: each parsed once
+        _TOOLCHAIN_BLOCKS[block.group(0)] = _parsed_toolchain(block.group(0), str(path))
+    found = _TOOLCHAIN_BLOCKS[block.group(0)]
+    return dict(found) if found is not None else None
+
+
+_TOOLCHAIN_BLOCKS: dict[str, dict[str, str] | None] = {}
+
+
+def _parsed_toolchain(text: str, path: str) -> dict[str, str] | None:
     try:
-        data = parse_yaml(block.group(0) if block else text, path=str(path), error=GoldenError)
+        data = parse_yaml(text, path=path, error=GoldenError)
     except GoldenError:
         return None
     toolchain = data.get("toolchain") if isinstance(data, dict) else None
