@@ -263,7 +263,7 @@ def _first_line(exc: Exception) -> str:
 # it (a library imported anew for each target). Keyed by content, never by mtime.
 _COMPILED: dict[tuple[str, str], types.CodeType] = {}
 # `inspect.getblock`'s answers by the lines it was given (a function's line to the file's end): each @triton.jit
-# decorator asks `inspect.getsourcelines`, which tokenizes its function anew, 70% of loading fla (2,700 kernels) once
+# decorator asks `inspect.getsourcelines`, which tokenizes its function anew, 70% of loading fla (~340 kernels) once
 # per target. The answer depends on those lines alone, so the same lines get it from here.
 _BLOCKS: dict[tuple[str, ...], tuple[str, ...]] = {}
 
