@@ -319,6 +319,9 @@ def test_a_golden_text_is_parsed_from_the_store_only_when_it_is_the_same_text(tm
         store.parse("a: 1\na: 2\n", path="g.yaml", error=GoldenError)
     with pytest.raises(GoldenError, match="duplicate"):
         store.parse("a: 1\na: 2\n", path="g.yaml", error=GoldenError)
+    monkeypatch.setattr(material_module, "_parser_identity", lambda: "another parser")   # xisa's loader changed
+    store.parse(text, path="g.yaml", error=GoldenError)
+    assert parses.count(text) == 2     # an old parse is never another parser's answer
 
 
 def test_a_parsed_golden_is_never_read_through_a_link(tmp_path):
@@ -327,9 +330,11 @@ def test_a_parsed_golden_is_never_read_through_a_link(tmp_path):
     from xisa.errors import GoldenError
     from xisa.golden.material import MaterialStore
 
+    from xisa.golden.material import _parser_identity
+
     store = MaterialStore(tmp_path / "review")
     text = "a: 1\n"
-    digest = hashlib.sha256(text.encode()).hexdigest()
+    digest = hashlib.sha256(f"{_parser_identity()}\0{text}".encode()).hexdigest()
     planted = tmp_path / "elsewhere.json"
     planted.write_text('{"parsed": {"a": 2}}')
     folder = tmp_path / "review" / "parsed" / digest[:2]

@@ -14,6 +14,7 @@ file and `os.replace`, so an interrupted write leaves no half entry.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -112,7 +113,7 @@ class MaterialStore:
         """`parse_yaml(text)` of a golden, from what it gave for the same text before (JSON parses ~20x faster than
         YAML is constructed, most of a warm check of thousands of cells). Kept only where the JSON reads back equal,
         types included (not int mapping keys, not NaN), so the answer is the parse's own; a bad text raises as ever."""
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        digest = hashlib.sha256(f"{_parser_identity()}\0{text}".encode("utf-8")).hexdigest()
         path_of = self._path(REVIEW_PARSED, digest, ".json")
         kept = self._read_parsed(path_of)
         if kept is not _NONE:
@@ -163,6 +164,20 @@ class MaterialStore:
 
 
 _NONE = object()
+
+
+@functools.lru_cache(maxsize=1)
+def _parser_identity() -> str:
+    """What turns a golden's text into its data: xisa's strict loader (its source) and PyYAML (its version, with or
+    without libyaml). Part of every parsed entry's name, so a parser that reads a text otherwise never gets an old
+    parse."""
+    import yaml
+
+    from xisa import yamlio
+
+    digest = hashlib.sha256(Path(yamlio.__file__).read_bytes())
+    digest.update(f"{yaml.__version__} {getattr(yaml, '__with_libyaml__', False)}".encode())
+    return digest.hexdigest()[:16]
 
 
 def _same(a: Any, b: Any) -> bool:
