@@ -287,7 +287,7 @@ class _Pending:
         self.by_target: dict[str, deque[int]] = {}
         self.by_kernel: dict[tuple[str, str], deque[int]] = {}
         self.given: set[int] = set()
-        self.place = {}
+        self.place: dict[int, tuple[str, str]] = {}   # each cell: (its target, its spec file)
         for index in todo:
             cell = cells[index]
             place = self.place[index] = (cell.target.name, str(cell.kernel.spec_file))
@@ -316,10 +316,12 @@ class _Pending:
 
     def _give(self, index: int, worker: "_Worker") -> int:
         self.given.add(index)
-        target, kernel = self.place[index]
-        self.started.add(target)
-        worker.targets.append(target) if target not in worker.targets else None
-        worker.places.append((target, kernel)) if (target, kernel) not in worker.places else None
+        place = self.place[index]
+        self.started.add(place[0])
+        if place[0] not in worker.targets:
+            worker.targets.append(place[0])
+        if place not in worker.places:
+            worker.places.append(place)
         return index
 
 

@@ -114,15 +114,15 @@ class MaterialStore:
         YAML is constructed, most of a warm check of thousands of cells). Kept only where the JSON reads back equal,
         types included (not int mapping keys, not NaN), so the answer is the parse's own; a bad text raises as ever."""
         digest = hashlib.sha256(f"{_parser_identity()}\0{text}".encode("utf-8")).hexdigest()
-        path_of = self._path(REVIEW_PARSED, digest, ".json")
-        kept = self._read_parsed(path_of)
+        entry = self._path(REVIEW_PARSED, digest, ".json")
+        kept = self._read_parsed(entry)
         if kept is not _NONE:
             return kept
         data = parse_yaml(text, path=path, error=error)
         with contextlib.suppress(OSError, TypeError, ValueError):
             payload = json.dumps({"parsed": data}, ensure_ascii=False, separators=(",", ":"))
             if _same(json.loads(payload)["parsed"], data):
-                self._put(path_of, payload)
+                self._put(entry, payload)
         return data
 
     def _read_parsed(self, path: Path) -> Any:
