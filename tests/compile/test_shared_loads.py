@@ -68,13 +68,13 @@ def test_a_load_that_ran_code_after_the_package_import_is_not_shared(tmp_path):
         assert both[cell].analysis.code_sha256 == alone[cell].analysis.code_sha256, cell
 
 
-def test_a_function_block_found_again_comes_from_the_lines_alone():
+def test_a_function_block_found_again_comes_from_the_lines_alone(tmp_path):
     """Each @triton.jit asks inspect for its function's source (tokenizing it: most of a library's load, once per
-    target): the block found for the same lines is given again, other lines get their own, and a caller that
-    changes the list it got changes nothing for the next."""
+    target): the block found for the same lines is given again, by this process and by a later one (the load store
+    in the cache folder), other lines get their own, and a caller that changes the list it got changes nothing."""
     import inspect
 
-    from xisa.compile.loader import _remembered_getblock
+    from xisa.compile.load_store import LoadStore
 
     calls = []
 
@@ -82,11 +82,46 @@ def test_a_function_block_found_again_comes_from_the_lines_alone():
         calls.append(len(lines))
         return inspect.getblock(lines)
 
-    getblock = _remembered_getblock(counting)
+    def block(store, lines):
+        return lines[:store.block_length(lines, counting)]
+
+    store = LoadStore(tmp_path)
     text = ["def f():\n", "    return 1\n", "\n", "def g():\n", "    return 2\n"]
     edited = ["def f():\n", "    return 3\n", "    return 1\n", "\n"]
-    first = getblock(list(text))
+    first = block(store, list(text))
     first.append("junk\n")
-    assert getblock(list(text)) == text[:2] and getblock(text[3:]) == text[3:]
-    assert getblock(edited) == edited[:3]
+    assert block(store, list(text)) == text[:2] and block(store, text[3:]) == text[3:]
+    assert block(store, edited) == edited[:3]
     assert len(calls) == 3     # f, g and the edited f tokenized once each
+    later = LoadStore(tmp_path)   # a later run's worker
+    assert block(later, list(text)) == text[:2] and block(later, edited) == edited[:3] and len(calls) == 3
+    assert block(LoadStore(tmp_path, lookup=False), list(text)) == text[:2] and len(calls) == 4   # --no-cache
+
+
+def test_a_module_compiled_before_comes_from_its_text_alone(tmp_path):
+    """A module's code object is kept by its path and source bytes: a later process gets the same code without
+    compiling; an edit (same size, so an mtime-and-size check could not see it), another path or a corrupt entry
+    compiles anew."""
+    from xisa.compile.load_store import LoadStore
+
+    compiled = []
+
+    def compile_source(data, path):
+        compiled.append(path)
+        return compile(data, path, "exec")
+
+    def run(code):
+        scope = {}
+        exec(code, scope)
+        return scope["VALUE"]
+
+    assert run(LoadStore(tmp_path).code("/p/m.py", b"VALUE = 1\n", compile_source)) == 1
+    later = LoadStore(tmp_path)
+    code = later.code("/p/m.py", b"VALUE = 1\n", compile_source)
+    assert run(code) == 1 and code.co_filename == "/p/m.py" and compiled == ["/p/m.py"]
+    assert run(later.code("/p/m.py", b"VALUE = 2\n", compile_source)) == 2
+    assert later.code("/q/m.py", b"VALUE = 1\n", compile_source).co_filename == "/q/m.py"
+    assert len(compiled) == 3
+    for entry in (tmp_path / "loads").rglob("*.json"):
+        entry.write_text(entry.read_text().replace("a", "b", 1))   # corrupt every entry
+    assert run(LoadStore(tmp_path).code("/p/m.py", b"VALUE = 1\n", compile_source)) == 1 and len(compiled) == 4

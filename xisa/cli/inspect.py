@@ -80,7 +80,8 @@ def cache_info(as_json: bool = typer.Option(False, "--json", help="Print JSON.")
         typer.echo("last run: none recorded")
         return
     typer.echo(f"last run: {run.cells} cells, hit rate {run.results / run.cells:.0%} ({run.results} from results, "
-               f"{run.backend} from the back-end store after a front-end pass, {run.compiled} compiled, "
+               f"{run.backend} from the back-end store ({run.front_end} of them without a front-end pass), "
+               f"{run.compiled} compiled, "
                f"{run.errors} errors)")
 
 

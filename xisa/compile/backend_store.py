@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from xisa.analyze.model import Analysis
-from xisa.compile.cache import (BACKEND, CACHE_FORMAT, EntryStore, stream_holds, toolchain_identity,
+from xisa.compile.cache import (BACKEND, CACHE_FORMAT, FRONTEND, EntryStore, stream_holds, toolchain_identity,
                                 xisa_identity)
+from xisa.compile.front_end_key import front_end_record
 from xisa.compile.reads import compile_reads, dependency_digest, note_compile_reads, reads_so_far
 from xisa.compile.result import analysis_from_cache, analysis_to_cache
 from xisa.compile.state import WORKER
@@ -46,10 +47,11 @@ class BackendHit(BaseException):
     """Raised inside `triton.compile` at the front end's output when the store holds the back end's work. A
     BaseException: no `except Exception` on its way out of Triton can take it for a compile error."""
 
-    def __init__(self, analysis: Analysis, reads: dict[str, str | None]):
+    def __init__(self, analysis: Analysis, reads: dict[str, str | None], *, front_end: bool = False):
         super().__init__("the back end's work is in xisa's store")
         self.analysis = analysis
         self.reads = reads
+        self.front_end = front_end   # raised before the front end ran: its inputs were ones seen before
 
 
 class BackendStore:
@@ -57,6 +59,7 @@ class BackendStore:
 
     def __init__(self, cache_dir: Path):
         self.entries = EntryStore(cache_dir / BACKEND)
+        self.front_ends = EntryStore(cache_dir / FRONTEND)   # what the front end read -> the key of its output
 
     def get(self, key: str) -> tuple[Analysis, dict[str, str | None]] | None:
         data = self.entries.read(key)
@@ -74,6 +77,21 @@ class BackendStore:
     def put(self, key: str, analysis: Analysis, reads: dict[str, str | None]) -> None:
         self.entries.write(key, {**analysis_to_cache(analysis), "reads": reads})
 
+    def front_end(self, front_key: str) -> tuple[str, dict[str, str | None]] | None:
+        """The back-end key the front end made for these inputs, and the files it read, while they are unchanged."""
+        data = self.front_ends.read(front_key)
+        try:
+            key, reads = data["backend"], data["reads"]
+            if isinstance(key, str) and isinstance(reads, dict) and \
+                    all(dependency_digest(p) == d for p, d in reads.items()):
+                return key, reads
+        except (KeyError, TypeError):
+            pass   # absent or corrupt: the front end runs
+        return None
+
+    def put_front_end(self, front_key: str, key: str, reads: dict[str, str | None]) -> None:
+        self.front_ends.write(front_key, {"backend": key, "reads": reads})
+
 
 @dataclass
 class BackendReuse:
@@ -85,11 +103,27 @@ class BackendReuse:
     lookup: bool                       # False: record only (--no-cache compiles every cell)
     key: str | None = None             # set at the front end's output
     mark: int | None = None            # the compile's reads so far at that point: the back end's reads follow
+    front_key: str | None = None       # what the front end reads (`front_end_key.py`); None: refused, it runs
+    front_mark: int = 0                # the compile's reads before the front end: its reads follow
+
+    def before_front_end(self) -> None:
+        """Raises `BackendHit` when the front end's inputs are ones it has seen and the store holds the back end's
+        work for the output it made then: neither runs."""
+        self.front_mark = reads_so_far()
+        if not self.lookup or self.front_key is None:
+            return
+        found = self.store.front_end(self.front_key)
+        back = self.store.get(found[0]) if found is not None else None
+        if back is not None:
+            note_compile_reads(named_files(self.context["options"]))   # what the back end reads by an option
+            raise BackendHit(back[0], {**found[1], **back[1]}, front_end=True)
 
     def at_front_end(self, ttir: str) -> None:
         """Called with the TTIR as Triton is about to keep it; raises `BackendHit` when the store answers."""
         self.key = self.key_of(ttir)
         self.mark = reads_so_far()
+        if self.front_key is not None:
+            self.store.put_front_end(self.front_key, self.key, compile_reads(since=self.front_mark))
         note_compile_reads(named_files(self.context["options"]))   # what the back end reads by an option
         if self.lookup:
             found = self.store.get(self.key)
@@ -139,11 +173,20 @@ def backend_reuse(store: BackendStore | None, cell, bound, path_of, *, lookup: b
     if store is None or not back_end_is_tritons(bound.target):
         yield None
         return
-    WORKER.backend = BackendReuse(store, backend_context(cell, bound), path_of, lookup)
+    context = backend_context(cell, bound)
+    WORKER.backend = BackendReuse(store, context, path_of, lookup, front_key=front_end_key(context, bound))
     try:
         yield WORKER.backend
     finally:
         WORKER.backend = None
+
+
+def front_end_key(context: dict[str, Any], bound) -> str | None:
+    """The key of what the front end reads for `bound` under `context`; None where `front_end_key.py` refuses."""
+    record = front_end_record(bound.fn, bound.constexprs, bound.signature, bound.attrs)
+    if record is None:
+        return None
+    return hashlib.sha256(json.dumps({**context, "front_end": record}, sort_keys=True).encode()).hexdigest()
 
 
 def back_end_is_tritons(target) -> bool:

@@ -41,6 +41,8 @@ from xisa.compile.toolchain import PINNED_ENV, TRITON_CACHE_FOLDER, unclassified
 CACHE_FORMAT = 4   # 4: an entry is a header line {key, digest of the body's bytes}, then the body; 3: the back-end store (backend_store.py)
 RESULTS = "results"
 BACKEND = "backend"            # the back end's work by its front end's output (xisa.compile.backend_store)
+FRONTEND = "frontend"          # the front end's inputs -> the back-end key of its output (xisa.compile.backend_store)
+LOADS = "loads"                # code objects and source blocks by their text (xisa.compile.load_store)
 REVIEW = "review"              # compact goldens' streams and line tables, by SHA-256 (xisa.golden.material)
 REVIEW_STREAMS, REVIEW_LINES = "streams", "lines"   # its two folders: `<sha256>.isa`, `<sha256>.json`
 REVIEW_PARSED = "parsed"        # and goldens' YAML parsed, by the SHA-256 of parser and text: `<sha256>.json`
@@ -156,7 +158,7 @@ def open_cache_folder(cache_dir: Path) -> None:
         raise ToolchainError(f"cannot use {cache_dir} as xisa's cache: {exc.strerror}", field="XISA_CACHE_DIR",
                              fix="point XISA_CACHE_DIR (or [tool.xisa] cache) at a writable folder") from None
     check_private(cache_dir, info, "cache folder")
-    for name in (RESULTS, BACKEND):
+    for name in (RESULTS, BACKEND, FRONTEND, LOADS):
         _check_subfolder(cache_dir / name)
 
 
@@ -172,8 +174,8 @@ def _check_subfolder(path: Path) -> None:
 
 
 def clear_cache(cache_dir: Path) -> int:
-    """Remove everything xisa keeps in `cache_dir` (results, the back-end store, timings, an older xisa's Triton
-    cache); the number of results.
+    """Remove everything xisa keeps in `cache_dir` (results, the back-end and load stores, timings, an older xisa's
+    Triton cache); the number of results.
 
     A cache folder of another user is refused, not emptied; links are removed, never followed.
     """
@@ -186,7 +188,7 @@ def clear_cache(cache_dir: Path) -> int:
     results = cache_dir / RESULTS
     count = sum(1 for _ in results.rglob("*.json")) if results.is_dir() and not results.is_symlink() else 0
     for entry in cache_dir.iterdir():
-        if entry.name not in (RESULTS, BACKEND, TIMINGS, STATS) and not legacy_triton_folder(entry.name) \
+        if entry.name not in (RESULTS, BACKEND, FRONTEND, LOADS, TIMINGS, STATS) and not legacy_triton_folder(entry.name) \
                 and not entry.name.startswith(".tmp-"):
             continue  # not ours: leave it
         if entry.is_dir() and not entry.is_symlink():

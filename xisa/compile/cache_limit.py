@@ -16,7 +16,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xisa.compile.cache import (BACKEND, RESULTS, REVIEW, REVIEW_LINES, REVIEW_PARSED, REVIEW_STREAMS, STATS,
+from xisa.compile.cache import (BACKEND, FRONTEND, LOADS, RESULTS, REVIEW, REVIEW_LINES, REVIEW_PARSED, REVIEW_STREAMS, STATS,
                                legacy_triton_folder, write_private)
 from xisa.spec.project import DEFAULT_CACHE_SIZE, cache_size_from_environment
 
@@ -34,7 +34,8 @@ class RunCounts:
 
     cells: int = 0
     results: int = 0     # answered by the result cache (nothing loaded)
-    backend: int = 0     # loaded and run through the front end; the back end's work found in the store
+    backend: int = 0     # loaded; the back end's work found in the store (after a front-end pass, or ...
+    front_end: int = 0   # ... of those, without one: the front end's inputs were ones seen before)
     compiled: int = 0    # compiled whole
     errors: int = 0
 
@@ -48,6 +49,7 @@ class RunCounts:
                 counts.results += 1
             elif result.reused_backend:
                 counts.backend += 1
+                counts.front_end += result.skipped_front_end
             else:
                 counts.compiled += 1
         return counts
@@ -66,13 +68,14 @@ class RunCounts:
 
 
 def _trimmable(cache_dir: Path) -> list[tuple[float, int, Path]]:
-    """Every entry the size limit counts: results, the back-end store, and the review store's streams, lines and
-    parsed goldens."""
+    """Every entry the size limit counts: results, the back-end, front-end and load stores, and the review store's
+    streams, lines and parsed goldens."""
     review = cache_dir / REVIEW
     reviewed = [] if review.is_symlink() else (_entries(review / REVIEW_STREAMS, suffix=".isa")
                                                + _entries(review / REVIEW_LINES)
                                                + _entries(review / REVIEW_PARSED))   # never through a link
-    return _entries(cache_dir / RESULTS) + _entries(cache_dir / BACKEND) + reviewed
+    return (_entries(cache_dir / RESULTS) + _entries(cache_dir / BACKEND) + _entries(cache_dir / FRONTEND)
+            + _entries(cache_dir / LOADS) + reviewed)
 
 
 def _entries(folder: Path, suffix: str = ".json") -> list[tuple[float, int, Path]]:

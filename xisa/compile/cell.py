@@ -54,13 +54,15 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: Ba
             result.options = bound.options_record()
             with backend_reuse(store, cell, bound, sources.path_of, lookup=lookup) as reuse:
                 try:
+                    if reuse is not None:
+                        reuse.before_front_end()   # raises BackendHit: inputs seen before, their output stored
                     compiled, reads = _triton_compile(bound, cell, sources), None
                     if reuse is not None:
                         reads = reuse.back_end_reads()
                 except BackendHit as hit:   # the back end's work for this front end's output, stored
                     compiled, analysis = None, hit.analysis
                     reused_compile_reads(hit.reads)   # what it read is what this cell's depfile must hold
-                    result.reused_backend = True
+                    result.reused_backend, result.skipped_front_end = True, hit.front_end
         if compiled is not None:
             analysis = backend_analysis(cell, compiled, bound.options)
             if reuse is not None:

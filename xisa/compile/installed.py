@@ -101,6 +101,7 @@ def _installed_file(module) -> str | None:
 # Per worker: files do not change under a running compile, and a module keeps its file.
 _DIGESTS: dict[str, str | None] = {}
 _FILES: dict[tuple[str, int], str | None] = {}
+_LAST: list = [None, None]   # the modules and sys.path of the last answer, and that answer (asked once a cell)
 
 
 def _digest(path: str) -> str | None:
@@ -112,6 +113,20 @@ def _digest(path: str) -> str | None:
 def installed_dependencies() -> dict[str, str | None]:
     """Depfile entries for the installed code the process holds now: each distribution's RECORD and each
     imported module's file (outside the toolchain's distributions), with their SHA-256."""
+    held = (dict(sys.modules), list(sys.path))
+    if not _same_modules(_LAST[0], held):   # the same module objects on the same path: the same files
+        _LAST[:] = [held, _installed_entries()]
+    return dict(_LAST[1])
+
+
+def _same_modules(before, now) -> bool:
+    if before is None or before[1] != now[1] or len(before[0]) != len(now[0]):
+        return False
+    modules = now[0]
+    return all(modules.get(name, _FILES) is module for name, module in before[0].items())
+
+
+def _installed_entries() -> dict[str, str | None]:
     toolchain = toolchain_distributions()
     owners = _distributions_by_top_level(tuple(sys.path))
     entries: dict[str, str | None] = {}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from xisa.compile.installed import is_toolchain_module
+from xisa.compile.load_store import LoadStore
 from xisa.compile.reads import (ENVIRONMENT_ENTRY, ENVIRONMENT_PACKAGES, dependency_files, file_sha256, hook_reads,
                                 is_project_module, package_folders, value_digest, watched_environment)
 from xisa.compile.state import PREFIX_MARK, WORKER, LoadedModule
@@ -259,31 +260,20 @@ def _first_line(exc: Exception) -> str:
     return lines[0] if lines else ""
 
 
-# Code objects by (path, SHA-256 of the source bytes): a process compiles each text once, however many loads import
-# it (a library imported anew for each target). Keyed by content, never by mtime.
-_COMPILED: dict[tuple[str, str], types.CodeType] = {}
-# `inspect.getblock`'s answers by the lines it was given (a function's line to the file's end): each @triton.jit
-# decorator asks `inspect.getsourcelines`, which tokenizes its function anew, 70% of loading fla (~340 kernels) once
-# per target. The answer depends on those lines alone, so the same lines get it from here.
-_BLOCKS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_LOAD_STORE = LoadStore(None)   # in memory, until a worker names its cache folder (`keep_loads_in`)
 
 
-def _remembered_getblock(getblock):
-    def remembered(lines):
-        key = tuple(lines)
-        block = _BLOCKS.get(key)
-        if block is None:
-            block = _BLOCKS[key] = tuple(getblock(lines))
-        return list(block)
-
-    return remembered
+def keep_loads_in(cache_dir: Path | None, *, lookup: bool = True) -> None:
+    """Keep what loads compile and find in `cache_dir` (`load_store.py`); `lookup` False: write only (--no-cache)."""
+    global _LOAD_STORE
+    _LOAD_STORE = LoadStore(cache_dir, lookup=lookup)
 
 
 @contextlib.contextmanager
 def _from_source() -> Iterator[None]:
     """Compile the modules a load imports from source (the toolchain's aside) and write no bytecode; a text compiled
-    before in this process is not compiled again, nor a function's source block found again."""
-    import hashlib
+    before is not compiled again, nor a function's source block found again (`WORKER.load_store`: each @triton.jit
+    decorator asks `inspect.getsourcelines`, which tokenizes its function: 70% of loading fla, ~340 kernels)."""
     import inspect
     from importlib.machinery import SourceFileLoader
 
@@ -295,15 +285,14 @@ def _from_source() -> Iterator[None]:
         if is_toolchain_module(fullname):   # keyed as the toolchain, not per cell: imported as usual (a library's
             return get_code(loader, fullname)   # `torch.compiler.disable` imports torch._dynamo, sympy, networkx ...)
         path = loader.get_filename(fullname)
-        data = loader.get_data(path)
-        key = (path, hashlib.sha256(data).hexdigest())
-        if key not in _COMPILED:
-            _COMPILED[key] = loader.source_to_code(data, path)
-        return _COMPILED[key]
+        return _LOAD_STORE.code(path, loader.get_data(path), loader.source_to_code)
+
+    def remembered_getblock(lines):
+        return lines[:_LOAD_STORE.block_length(lines, getblock)]
 
     sys.dont_write_bytecode = True
     SourceFileLoader.get_code = code_from_source
-    inspect.getblock = _remembered_getblock(getblock)
+    inspect.getblock = remembered_getblock
     try:
         yield
     finally:

@@ -27,6 +27,8 @@ class CellResult(NamedByCell):
     cached: bool = False
     # Compiled by this run's front end, its back end's work found in xisa's back-end store (`backend_store.py`).
     reused_backend: bool = False
+    # ... and its front end's inputs were ones seen before (`front_end_key.py`): the front end did not run either.
+    skipped_front_end: bool = False
     # Whether one workgroup fits the target, judged with the spec's `launchable` (`xisa.api.run.judge_launches`);
     # derived from the analysis, the options and the target file, so never cached nor written to a golden.
     launch: Launch | None = None

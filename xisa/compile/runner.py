@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from xisa.compile.loader import kernel_dependencies
+from xisa.compile.loader import keep_loads_in, kernel_dependencies
 from xisa.compile.reads import ignore_reads_under
 from xisa.compile.backend_store import BackendStore
 from xisa.compile.cache import ResultCache, Timings, cell_key, open_cache_folder, triton_cache_class
@@ -104,6 +104,7 @@ def _die_with_parent() -> None:
 def _worker_main(conn) -> None:
     _die_with_parent()
     prepare_worker_toolchain()
+    keep_loads_in(_CACHE_DIR, lookup=_LOOKUP)
     while True:
         try:
             index = conn.recv()

@@ -1,0 +1,148 @@
+"""A cell skips Triton's front end only when everything the front end reads is as it was (issue 24, item 1).
+
+After an edit elsewhere in a package whose `__init__` imports every op, each cell is loaded again; its front end is
+skipped when the record of what it reads (`xisa.compile.front_end_key`) was seen before. Each test below changes one
+thing the front end reads that Triton's own key (`JITFunction.cache_key`) leaves out, or one the record refuses to
+vouch for, and asserts the cell's code is then that of a compile with no cache at all. The first test shows the
+skip happens at all, so the others are not green by never skipping.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from support import compile_here, write_files
+
+CELL = "op:c@gfx942"
+KERNEL = """import triton
+import triton.language as tl
+from fakelib import cfg
+{imports}
+
+{helpers}
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + r)
+    tl.store(y_ptr + r, {body})
+"""
+SPEC = """name: op
+module: fakelib.op
+function: kern
+targets: [gfx942]
+cases:
+  - name: c
+    args: {x_ptr: '*fp32', y_ptr: '*fp32'}
+    constexprs: {BLOCK: 64}
+"""
+
+
+def _project(root: Path, *, cfg: str, body: str, helpers: str = "", imports: str = "", init: str = "") -> Path:
+    return write_files(root, {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\npythonpath = ["src"]\n',
+        "src/fakelib/__init__.py": f"{init}from fakelib import op  # noqa: F401\n",
+        "src/fakelib/cfg.py": cfg,
+        "src/fakelib/op.py": KERNEL.format(imports=imports, helpers=helpers, body=body),
+        "kernels/op.yaml": SPEC})
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new))
+
+
+def _comment_elsewhere(root: Path, n: int) -> None:
+    """An edit that changes nothing the front end reads: the package's `__init__`, imported by every load."""
+    init = root / "src" / "fakelib" / "__init__.py"
+    init.write_text(init.read_text() + f"# comment {n}\n")
+
+
+# Each: cfg.py, the stored value's expression, the edit to cfg.py; a value only a load of the package can tell.
+SEEN = {
+    "a module attribute (cfg.SCALE)": dict(
+        cfg="import triton.language as tl\nSCALE = tl.constexpr(2.0)\n", body="x * cfg.SCALE",
+        edit=("tl.constexpr(2.0)", "tl.constexpr(5.0)")),
+    "a callee's default argument, from another module": dict(
+        cfg="N = 2\n", body="twice(x)", imports="from fakelib.cfg import N",
+        helpers="@triton.jit\ndef twice(v, K: tl.constexpr = N):\n    return v * K\n\n",
+        edit=("N = 2", "N = 7")),
+    "which helper a name is bound to": dict(
+        cfg="import triton\n\n\n@triton.jit\ndef a(v):\n    return v + 1.0\n\n\n@triton.jit\ndef b(v):\n"
+            "    return v - 1.0\n\n\nhelper = a\n", body="cfg.helper(x)",
+        edit=("helper = a", "helper = b")),
+    "a closure's constexpr, made from another module's value": dict(
+        cfg="S = 2.0\n", body="x", closure=True, edit=("S = 2.0", "S = 6.0")),
+}
+
+
+def _closure_kernel(root: Path) -> None:
+    """`kern` made by a factory from cfg.S: the value is a nonlocal, the source is the same for every S."""
+    (root / "src" / "fakelib" / "op.py").write_text(
+        "import triton\nimport triton.language as tl\nfrom fakelib import cfg\n\n\ndef make(scale):\n"
+        "    S = tl.constexpr(scale)\n\n    @triton.jit\n    def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):\n"
+        "        r = tl.arange(0, BLOCK)\n        tl.store(y_ptr + r, tl.load(x_ptr + r) * S)\n\n    return kern\n\n\n"
+        "kern = make(cfg.S)\n")
+
+
+def _build(root: Path, case: dict) -> Path:
+    root = _project(root, cfg=case["cfg"], body=case["body"], helpers=case.get("helpers", ""),
+                    imports=case.get("imports", ""))
+    if case.get("closure"):
+        _closure_kernel(root)
+    return root
+
+
+@pytest.mark.parametrize("name", list(SEEN))
+def test_a_value_the_front_end_reads_changed_is_compiled_as_a_cold_compile_would(tmp_path, name):
+    case = SEEN[name]
+    root, cache = _build(tmp_path / "proj", case), tmp_path / "cache"
+    first = compile_here(root, cache)[CELL]
+    _comment_elsewhere(root, 1)
+    again = compile_here(root, cache)[CELL]
+    assert again.skipped_front_end, "the record refused this input: the skip is never tried"
+    assert again.analysis.code_sha256 == first.analysis.code_sha256
+    _replace(root / "src" / "fakelib" / "cfg.py", *case["edit"])
+    edited = compile_here(root, cache)[CELL]
+    cold = compile_here(root, tmp_path / "cold", use_cache=False)[CELL]
+    assert not edited.skipped_front_end
+    assert edited.analysis.code_sha256 == cold.analysis.code_sha256 != first.analysis.code_sha256
+
+
+def test_a_constexpr_function_is_never_vouched_for_and_its_table_edit_is_seen(tmp_path):
+    """A constexpr_function runs Python inside the trace with arguments only the trace knows: the record refuses it,
+    so the front end always runs, and an edit to the table it reads changes the code."""
+    root = _project(tmp_path / "proj", cfg="TABLE = {64: 2.0}\n", body="x * pick(BLOCK)",
+                    helpers="@triton.constexpr_function\ndef pick(block):\n    return cfg.TABLE[block]\n\n\n")
+    cache = tmp_path / "cache"
+    first = compile_here(root, cache)[CELL]
+    _comment_elsewhere(root, 1)
+    assert not compile_here(root, cache)[CELL].skipped_front_end
+    _replace(root / "src" / "fakelib" / "cfg.py", "2.0", "9.0")
+    edited = compile_here(root, cache)[CELL]
+    assert not edited.skipped_front_end and edited.analysis.code_sha256 != first.analysis.code_sha256
+
+
+def test_a_library_that_patches_the_code_generator_gets_no_skip(tmp_path):
+    """The front end's code must be the installed Triton's: a package that wraps a method of the code generator (here
+    a harmless one) makes every record refuse, whatever else is unchanged."""
+    patch = ("from triton.compiler import code_generator as _cg\n_visit = _cg.CodeGenerator.visit_BinOp\n\n\n"
+             "def _patched(self, node):\n    return _visit(self, node)\n\n\n_cg.CodeGenerator.visit_BinOp = _patched\n")
+    root = _project(tmp_path / "proj", cfg="", body="x * 2.0", init=patch)
+    cache = tmp_path / "cache"
+    compile_here(root, cache)
+    _comment_elsewhere(root, 1)
+    assert not compile_here(root, cache)[CELL].skipped_front_end
+
+
+def test_an_edit_to_a_callee_in_another_file_is_compiled(tmp_path):
+    """A JIT callee's source is part of the record, wherever it lives."""
+    root = _project(tmp_path / "proj", cfg="import triton\n\n\n@triton.jit\ndef scale(v):\n    return v * 2.0\n",
+                    body="cfg.scale(x)")
+    cache = tmp_path / "cache"
+    first = compile_here(root, cache)[CELL]
+    _replace(root / "src" / "fakelib" / "cfg.py", "v * 2.0", "v * 3.0")
+    edited = compile_here(root, cache)[CELL]
+    assert not edited.skipped_front_end and edited.analysis.code_sha256 != first.analysis.code_sha256
