@@ -19,13 +19,17 @@ def main() -> None:
     try:
         run()
     except SystemExit as exc:
+        if "torch" not in sys.modules and "triton" not in sys.modules:
+            raise
         _exit_now(exc.code)
-    _exit_now(0)
+    if "torch" in sys.modules or "triton" in sys.modules:
+        _exit_now(0)
 
 
 def _exit_now(code) -> None:
     """Exit as `sys.exit(code)` would, without the interpreter's teardown of torch and Triton (0.6 s of a run that
-    compiled): the command has closed what it wrote; exit handlers still run, and the streams are flushed."""
+    compiled; a run that imported neither exits as usual): the command has closed what it wrote; exit handlers still
+    run, and the streams are flushed."""
     if code is None:
         status = 0
     elif isinstance(code, int):

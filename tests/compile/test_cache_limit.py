@@ -119,7 +119,7 @@ def test_cache_info_says_size_limit_entries_and_the_last_runs_hit_rate(run_xisa,
     data = json.loads(info.out)
     assert data["kind"] == "cache" and data["limit"] == 300 * 1024 ** 2 and data["results"] == 2
     assert data["backend"] == 2 and data["size"] > 0
-    assert data["last_run"] == {"cells": 2, "results": 2, "backend": 0, "compiled": 0, "errors": 0}
+    assert data["last_run"] == {"cells": 2, "results": 2, "backend": 0, "front_end": 0, "compiled": 0, "errors": 0}
     text = run_xisa("cache", "info", cwd=root, env=env)
     assert "hit rate 100%" in text.out and "300.0 MiB limit" in text.out, text.out
 
@@ -149,8 +149,9 @@ def test_the_run_counts_say_where_each_cell_came_from():
     def result(**fields):
         return CellResult(kernel="k", case="c", target="gfx942", status=fields.pop("status", "ok"), **fields)
 
-    counts = RunCounts.of([result(cached=True), result(reused_backend=True), result(), result(status="error")])
-    assert counts == RunCounts(cells=4, results=1, backend=1, compiled=1, errors=1)
+    counts = RunCounts.of([result(cached=True), result(reused_backend=True), result(), result(status="error"),
+                           result(reused_backend=True, skipped_front_end=True)])
+    assert counts == RunCounts(cells=5, results=1, backend=2, front_end=1, compiled=1, errors=1)
     assert cache_info(Path("/nonexistent/xisa-cache"), 10).size == 0
 
 

@@ -125,3 +125,31 @@ def test_a_worker_gets_the_cells_its_loads_serve_first():
     late = _Pending(cells, [0, 2, 4, 1])
     first = SimpleNamespace(targets=[], places=[])
     assert [late.next_for(first) for _ in range(4)] == [0, 4, 2, 1]        # its own target's cells, then the rest
+
+
+def test_a_worker_leaves_another_s_target_to_it_when_a_load_costs_more_than_sharing_what_is_left():
+    """Cells answered from the stores take ~15 ms, a further load of a library that asks the device ~0.3 s: a worker
+    whose targets are done waits rather than load another's target for a few cells, takes it when enough is left,
+    and takes it anyway when no worker is busy (the run always goes on)."""
+    from types import SimpleNamespace
+
+    from xisa.compile.runner import _Pending
+
+    def run(sm90_cells: int):
+        cells = _cells([("gfx942", "a"), ("sm_90", "a"), ("gfx1100", "a")] + [("sm_90", "a")] * sm90_cells)
+        pending = _Pending(cells, list(range(len(cells))))
+        one, two = (SimpleNamespace(targets=[], places=[]) for _ in range(2))
+        assert [pending.next_for(one), pending.next_for(two)] == [0, 1]
+        pending.observe(0, 3.0)   # each worker's first cell: its warm-up, neither a cell's cost nor a load's
+        pending.observe(1, 3.0)
+        for _ in range(10):
+            pending.observe(pending.next_for(two), 0.015)
+        assert pending.next_for(one) == 2   # a target nobody has: its first cell pays a load
+        pending.observe(2, 0.315)
+        return pending, one
+
+    few, one = run(40)    # 30 left: 30 * 15 ms / 2 < 0.3 s
+    assert few.next_for(one, others_busy=True) is None
+    assert few.next_for(one) is not None   # nobody else busy: it takes one
+    many, one = run(60)   # 50 left: 50 * 15 ms / 2 > 0.3 s
+    assert many.next_for(one, others_busy=True) is not None

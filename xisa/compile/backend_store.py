@@ -24,7 +24,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,20 +77,21 @@ class BackendStore:
     def put(self, key: str, analysis: Analysis, reads: dict[str, str | None]) -> None:
         self.entries.write(key, {**analysis_to_cache(analysis), "reads": reads})
 
-    def front_end(self, front_key: str) -> tuple[str, dict[str, str | None]] | None:
-        """The back-end key the front end made for these inputs, and the files it read, while they are unchanged."""
+    def front_end(self, front_key: str) -> tuple[str, dict[str, str | None], dict[str, str]] | None:
+        """The back-end key the front end made for these inputs, the files it read (while they are unchanged), and
+        how the paths in its output were shown."""
         data = self.front_ends.read(front_key)
         try:
-            key, reads = data["backend"], data["reads"]
-            if isinstance(key, str) and isinstance(reads, dict) and \
+            key, reads, shown = data["backend"], data["reads"], data["shown"]
+            if isinstance(key, str) and isinstance(reads, dict) and isinstance(shown, dict) and \
                     all(dependency_digest(p) == d for p, d in reads.items()):
-                return key, reads
+                return key, reads, shown
         except (KeyError, TypeError):
             pass   # absent or corrupt: the front end runs
         return None
 
-    def put_front_end(self, front_key: str, key: str, reads: dict[str, str | None]) -> None:
-        self.front_ends.write(front_key, {"backend": key, "reads": reads})
+    def put_front_end(self, front_key: str, key: str, reads: dict[str, str | None], shown: dict[str, str]) -> None:
+        self.front_ends.write(front_key, {"backend": key, "reads": reads, "shown": shown})
 
 
 @dataclass
@@ -105,6 +106,7 @@ class BackendReuse:
     mark: int | None = None            # the compile's reads so far at that point: the back end's reads follow
     front_key: str | None = None       # what the front end reads (`front_end_key.py`); None: refused, it runs
     front_mark: int = 0                # the compile's reads before the front end: its reads follow
+    shown: dict[str, str] = field(default_factory=dict)   # the TTIR's paths as `key_of` showed them
 
     def before_front_end(self) -> None:
         """Raises `BackendHit` when the front end's inputs are ones it has seen and the store holds the back end's
@@ -113,7 +115,11 @@ class BackendReuse:
         if not self.lookup or self.front_key is None:
             return
         found = self.store.front_end(self.front_key)
-        back = self.store.get(found[0]) if found is not None else None
+        # The back-end key holds how each path of the TTIR is shown (ptxas gets those names): asked again here, as
+        # the key's making asks it, so a path shown otherwise now (another layout) runs the front end.
+        if found is None or any(self.path_of(path) != name for path, name in found[2].items()):
+            return
+        back = self.store.get(found[0])
         if back is not None:
             note_compile_reads(named_files(self.context["options"]))   # what the back end reads by an option
             raise BackendHit(back[0], {**found[1], **back[1]}, front_end=True)
@@ -123,7 +129,7 @@ class BackendReuse:
         self.key = self.key_of(ttir)
         self.mark = reads_so_far()
         if self.front_key is not None:
-            self.store.put_front_end(self.front_key, self.key, compile_reads(since=self.front_mark))
+            self.store.put_front_end(self.front_key, self.key, compile_reads(since=self.front_mark), self.shown)
         note_compile_reads(named_files(self.context["options"]))   # what the back end reads by an option
         if self.lookup:
             found = self.store.get(self.key)
@@ -131,7 +137,7 @@ class BackendReuse:
                 raise BackendHit(*found)
 
     def key_of(self, ttir: str) -> str:
-        shown = {}
+        shown = self.shown = {}
         for path in sorted(set(_LOCATION_FILE.findall(ttir))):
             for name in (path, os.path.dirname(path)):   # ptxas gets the folder apart (`DW_AT_comp_dir`)
                 shown[name] = self.path_of(name)

@@ -340,8 +340,8 @@ class Timings:
 
     def update(self, results: list[CellResult]) -> None:
         changed = False
-        for result in results:
-            if not result.cached and result.ok:
+        for result in results:   # what a compile costs: a result answered by a store says nothing of that
+            if not result.cached and result.ok and not result.reused_backend:
                 self.data[result.id] = round(result.seconds, 3)
                 changed = True
         if changed and self.path.parent.is_dir():

@@ -184,6 +184,7 @@ class SourceFiles:
         self.texts: dict[str, list[str]] = {}
         self.shown: dict[str, str] = {}
         self.origins: dict[str, str] = {}    # a name given -> the absolute path it stands for
+        self.locations: dict[str, str] = {}  # `location`'s answers
 
     def path_of(self, path: str) -> str:
         if path not in self.shown:   # asked once per instruction (`location`): each path is worked out once
@@ -225,8 +226,11 @@ class SourceFiles:
 
     def location(self, loc: str) -> str:
         """`FILE:LINE` as the compiler wrote it, FILE shown as `path_of` shows it ("" stays "")."""
-        path, line = lines.split_loc(loc)
-        return f"{self.path_of(path)}:{line}" if path != lines.NO_LINE else ""
+        shown = self.locations.get(loc)
+        if shown is None:   # asked once per instruction: each distinct location is worked out once
+            path, line = lines.split_loc(loc)
+            shown = self.locations[loc] = f"{self.path_of(path)}:{line}" if path != lines.NO_LINE else ""
+        return shown
 
     def file_of(self, path: str) -> Path:
         """The file a compiler path stands for. ptxas read the names `path_of` gave (the SASS's line information

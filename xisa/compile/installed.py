@@ -18,7 +18,7 @@ import sys
 import sysconfig
 from importlib import metadata
 
-from xisa.compile.reads import file_sha256, in_environment
+from xisa.compile.reads import file_sha256, in_environment, real_path
 
 # The distributions whose code is the toolchain: keyed by the toolchain identity, never per cell.
 TOOLCHAIN_ROOTS = ("xisa", "triton", "torch")
@@ -92,7 +92,12 @@ def _installed_file(module) -> str | None:
         return None
     if not isinstance(file, str) or not in_environment(file):
         return None
-    real = os.path.realpath(file)
+    return _installed_path(file)
+
+
+@functools.lru_cache(maxsize=None)   # a library loaded once per target brings the same files each time
+def _installed_path(file: str) -> str | None:
+    real = real_path(os.path.abspath(file))
     if real.startswith(_standard_library()) and "-packages" + os.sep not in real:
         return None
     return os.path.abspath(file)

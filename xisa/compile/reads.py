@@ -164,16 +164,20 @@ def _load_in_sight(loaded) -> Iterator[None]:
     """The load's own modules in sys.modules while its cells compile, and nothing else of their packages; a module
     a heuristic imports then (`from lib.device_info import f` inside a function) joins them instead of staying."""
     packages = {name.partition(".")[0] for name in loaded.modules} | WORKER.device_packages
-    others = {name: module for name, module in list(sys.modules.items()) if name.partition(".")[0] in packages}
-    for name in others:
-        del sys.modules[name]
+    others = {name: sys.modules.pop(name) for name in _in_packages(sys.modules, packages)}
     sys.modules.update(loaded.modules)
     try:
         yield
     finally:
-        for name in [n for n in sys.modules if n.partition(".")[0] in packages]:
+        for name in _in_packages(sys.modules, packages):
             loaded.modules[name] = sys.modules.pop(name)
         sys.modules.update(others)
+
+
+def _in_packages(names, packages: set[str]) -> list[str]:
+    """The names of `names` that are one of `packages` or inside one (asked twice a cell, of every module held)."""
+    prefixes = tuple(f"{package}." for package in packages)
+    return [name for name in list(names) if name in packages or name.startswith(prefixes)]
 
 
 def compile_reads(since: int = 0) -> dict[str, str | None]:
@@ -278,11 +282,25 @@ def file_sha256(path: str) -> str | None:
         return None
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=None)   # one entry per file a process imports or reads: a few thousand
 def in_environment(path: str) -> bool:
     path = os.path.abspath(path)
-    real = os.path.realpath(path)
+    real = real_path(path)
     return any(p.startswith(root) for root in environment_roots() for p in (path, real))
+
+
+def real_path(path: str) -> str:
+    """os.path.realpath of an absolute path, its folder's worked out once (realpath stats every part of the path,
+    for each of the thousands of modules a process holds)."""
+    if os.path.islink(path):
+        return os.path.realpath(path)
+    folder, name = os.path.split(path)
+    return os.path.join(_real_folder(folder), name)
+
+
+@functools.lru_cache(maxsize=None)
+def _real_folder(folder: str) -> str:
+    return os.path.realpath(folder)
 
 
 @functools.lru_cache(maxsize=1)

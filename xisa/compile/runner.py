@@ -7,10 +7,12 @@ an error cell and the worker is replaced; the other cells go on.
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +35,9 @@ from xisa.spec.cases import Cell
 from xisa.compile import toolchain
 from xisa.compile.toolchain import apply_pinned_env
 
+# A load allocates ~a million objects (a library's modules, torch._dynamo): at Python's default (700, 10, 10) a worker
+# spent 1.5 s of a 6 s library edit check collecting; at these, 0.2 s, its peak memory 3% higher (bench/incremental.py).
+WORKER_GC_THRESHOLDS = (50_000, 20, 100)
 # Set in the parent before forking, so workers inherit the cells without pickling them.
 _CELLS: list[Cell] = []
 _ROOTS: list[Path] = []
@@ -77,12 +82,8 @@ def import_compile_modules() -> None:
     from triton.backends.nvidia import compiler as _nv  # noqa: F401
 
     warm_installed()   # which distribution owns which module: once here, not per worker
-    try:  # Triton hashes its own sources for every compile's cache key: once here, not per worker
-        from triton.runtime.cache import triton_key
-
-        triton_key()
-    except Exception:
-        pass
+    # Not `triton_key()` (Triton hashing its own sources, 0.4 s): a worker computes it at its first compile, and a run
+    # whose cells all skip Triton's compile (`front_end_key.py`) needs it nowhere.
 
 
 def _die_with_parent() -> None:
@@ -103,6 +104,7 @@ def _die_with_parent() -> None:
 
 def _worker_main(conn) -> None:
     _die_with_parent()
+    gc.set_threshold(*WORKER_GC_THRESHOLDS)
     prepare_worker_toolchain()
     keep_loads_in(_CACHE_DIR, lookup=_LOOKUP)
     while True:
@@ -281,7 +283,11 @@ class _Pending:
     A worker loads each kernel module once, and once per target for a library that asks the device at import (fla:
     about a second a load): a worker that has compiled cells of a target gets that target's longest cell next (of
     a kernel it has loaded, if there is one), one that has none a target no other worker has started; only when
-    its own targets are done does it take the longest cell left. Which worker compiles a cell changes no result."""
+    its own targets are done does it take the longest cell left, and only where that pays for the load it costs:
+    half of what is left of that target (at this run's seconds a cell) must outlast a load (at this run's seconds
+    of a worker's first cell of a further target, less a cell's). A library edit answers most cells from the stores
+    in ~15 ms: a worker then leaves another's target to it rather than load the library again for a few cells.
+    Which worker compiles a cell changes no result."""
 
     def __init__(self, cells: list[Cell], todo: list[int]):
         self.order = deque(todo)
@@ -295,18 +301,39 @@ class _Pending:
             self.by_target.setdefault(place[0], deque()).append(index)
             self.by_kernel.setdefault(place, deque()).append(index)
         self.started: set[str] = set()   # targets some worker has had a cell of
+        # Cells that were a worker's first of a target after its first cell: they paid what a steal costs (a load
+        # of a library that asks the device; nothing for one that does not), not the worker's warm-up.
+        self.opened: set[int] = set()
+        self.warm_ups: set[int] = set()   # each worker's first cell
+        self.cell_seconds: list[float] = []   # this run's seconds: of the other cells,
+        self.load_seconds: list[float] = []   # and of the opening ones
+
+    def observe(self, index: int, seconds: float) -> None:
+        if index not in self.warm_ups:
+            (self.load_seconds if index in self.opened else self.cell_seconds).append(seconds)
 
     def __bool__(self) -> bool:
         return len(self.given) < len(self.place)
 
-    def next_for(self, worker: "_Worker") -> int:
+    def next_for(self, worker: "_Worker", *, others_busy: bool = False) -> int | None:
+        """The worker's next cell; None (it waits) when only other workers' targets are left and taking one would
+        not pay for its load while they are busy with them."""
         for queue in [self.by_kernel.get(place) for place in worker.places] + \
                 [self.by_target.get(target) for target in worker.targets] + \
                 [self.by_target[target] for target in self.by_target if target not in self.started]:
             index = self._first(queue)
             if index is not None:
                 return self._give(index, worker)
-        return self._give(self._first(self.order), worker)
+        index = self._first(self.order)
+        if others_busy and not self._worth_a_load(self.place[index][0]):
+            return None
+        return self._give(index, worker)
+
+    def _worth_a_load(self, target: str) -> bool:
+        left = sum(1 for index in self.by_target[target] if index not in self.given)
+        cell = statistics.median(self.cell_seconds) if self.cell_seconds else 1.0
+        load = max(0.0, statistics.median(self.load_seconds) - cell) if self.load_seconds else 1.0
+        return left * cell / 2 > load
 
     def _first(self, queue: deque[int] | None) -> int | None:
         while queue:
@@ -319,6 +346,10 @@ class _Pending:
         self.given.add(index)
         place = self.place[index]
         self.started.add(place[0])
+        if not worker.targets:
+            self.warm_ups.add(index)
+        elif place[0] not in worker.targets:
+            self.opened.add(index)
         if place[0] not in worker.targets:
             worker.targets.append(place[0])
         if place not in worker.places:
@@ -326,17 +357,32 @@ class _Pending:
         return index
 
 
+def _hand_out(workers: list[_Worker], pending: _Pending) -> None:
+    """Give each idle worker its next cell; one that would only load another's target for it waits while some worker
+    is busy, and when none is, the first idle one takes it (the run always goes on)."""
+    for worker in workers:
+        if worker.index is None and pending:
+            index = pending.next_for(worker, others_busy=True)
+            if index is not None:
+                worker.give(index)
+    idle = [w for w in workers if w.index is None]
+    if pending and idle and len(idle) == len(workers):
+        idle[0].give(pending.next_for(idle[0]))
+
+
 def _pool(cells, todo, options):
     jobs = options.jobs or available_cores()
     jobs = max(1, min(jobs, len(todo)))
     ctx = multiprocessing.get_context("fork")
     pending = _Pending(cells, todo)
-    workers = [_Worker(ctx) for _ in range(jobs)]
+    gc.freeze()   # what the parent holds (torch, Triton) is no worker's garbage: no collection of theirs walks it
+    try:
+        workers = [_Worker(ctx) for _ in range(jobs)]
+    finally:
+        gc.unfreeze()   # the parent's own garbage is collected as before
     try:
         while pending or any(w.index is not None for w in workers):
-            for worker in workers:
-                if worker.index is None and pending:
-                    worker.give(pending.next_for(worker))
+            _hand_out(workers, pending)
             busy = [w for w in workers if w.index is not None]
             now = time.monotonic()
             deadline = min(w.started + options.timeout for w in busy)
@@ -352,6 +398,7 @@ def _pool(cells, todo, options):
                         index, result, dependencies = worker.index, None, None
                     if result is not None:
                         worker.index = None
+                        pending.observe(index, result.seconds)
                         yield index, result, dependencies
                         continue
                 if worker.process.sentinel in ready or worker.conn in ready:
