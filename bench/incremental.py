@@ -10,8 +10,8 @@ Installs the wheel (and einops) into a folder on PYTHONPATH, captures specs the 
 cells: cold (empty cache), warm, after a one-line edit to one kernel, with the edit restored, after an unrelated
 `pip install` (into a folder that is on PYTHONPATH from the start), and after a comment edit elsewhere in the package.
 Each line: seconds, the share of cold, and where the cells came from (`xisa cache info`: result entries, the
-back-end store after a load and a front-end pass, compiled). Every check's verdicts are asserted: the edit changes
-exactly the cells whose code changed, every other step changes none.
+back-end store after a load, of those the ones without a front-end pass, compiled). Every check's verdicts are
+asserted: the edit changes exactly the cells whose code changed, every other step changes none.
 """
 
 from __future__ import annotations
@@ -189,11 +189,12 @@ def print_rows(rows: list[tuple]) -> None:
     print(f"machine: {os.uname().machine}, {len(os.sched_getaffinity(0))} cores, Python {sys.version.split()[0]}; "
           f"{cells} cells ({refused} more refused by their target in the cold check, then left out as capture's "
           "check leaves them out)")
-    print(f"{'step':36} {'seconds':>8} {'of cold':>8}  {'results':>7} {'back-end':>8} {'compiled':>8}  verdicts")
+    print(f"{'step':36} {'seconds':>8} {'of cold':>8}  {'results':>7} {'back-end':>8} {'no front':>8} "
+          f"{'compiled':>8}  verdicts")
     for name, seconds, verdicts, counts in rows:
         shown = ", ".join(f"{count} {verdict}" for verdict, count in sorted(verdicts.items()))
         print(f"{name:36} {seconds:8.1f} {seconds / cold:8.1%}  {counts['results']:7} {counts['backend']:8} "
-              f"{counts['compiled']:8}  {shown}")
+              f"{counts['front_end']:8} {counts['compiled']:8}  {shown}")
 
 
 def print_floor(adopter: Adopter, rows: list[tuple]) -> None:

@@ -146,3 +146,25 @@ def test_an_edit_to_a_callee_in_another_file_is_compiled(tmp_path):
     _replace(root / "src" / "fakelib" / "cfg.py", "v * 2.0", "v * 3.0")
     edited = compile_here(root, cache)[CELL]
     assert not edited.skipped_front_end and edited.analysis.code_sha256 != first.analysis.code_sha256
+
+
+def test_a_path_shown_otherwise_runs_the_front_end(tmp_path):
+    """The back-end key holds how each source path is shown (ptxas is given those names: they are in the cubin). A
+    namespace folder named in `[tool.xisa] pythonpath` shows `nsx/fakelib/op.py` where `fakelib/op.py` showed
+    before, for the same file and the same front-end inputs: the skip must not hand back code made with the old names
+    (its line information holds them)."""
+    root = write_files(tmp_path / "proj", {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n',
+        "vendor/nsx/fakelib/__init__.py": "",
+        "vendor/nsx/fakelib/op.py": KERNEL.format(imports="", helpers="", body="x * 2.0").replace(
+            "from fakelib import cfg\n", ""),
+        "kernels/op.yaml": SPEC.replace("module: fakelib.op", "source: ../vendor/nsx/fakelib/op.py").replace(
+            "gfx942", "sm_90")})
+    cache, cell = tmp_path / "cache", "op:c@sm_90"
+    first = compile_here(root, cache)[cell]
+    (root / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["kernels"]\npythonpath = ["vendor"]\n')
+    moved = compile_here(root, cache)[cell]
+    cold = compile_here(root, tmp_path / "cold", use_cache=False)[cell]
+    assert not moved.skipped_front_end
+    assert moved.analysis.code_sha256 == cold.analysis.code_sha256
+    assert moved.analysis.locs == cold.analysis.locs != first.analysis.locs   # the line information ptxas wrote

@@ -47,15 +47,15 @@ class _Refused(Exception):
 
 def front_end_record(fn, bound_constexprs: dict, signature: dict, attrs: Any) -> str | None:
     """The SHA-256 of what the front end reads for this JITFunction and specialization, or None (refused)."""
-    if not _front_end_is_tritons():
-        return None
     walk = _Walk()
     try:
+        if not _front_end_is_tritons():
+            return None
         record = {"kernel": walk.callable(fn), "constexprs": [[repr(k), walk.value(v)] for k, v in
                                                               sorted(bound_constexprs.items(), key=repr)],
                   "signature": [[repr(k), repr(v)] for k, v in sorted(signature.items(), key=repr)],
                   "attrs": walk.value(_plain_attrs(attrs)), "functions": walk.functions}
-    except (_Refused, RecursionError):
+    except Exception:   # refused, or a Triton whose JIT objects this walk does not know: the front end runs
         return None
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
