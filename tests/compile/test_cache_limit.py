@@ -118,10 +118,11 @@ def test_cache_info_says_size_limit_entries_and_the_last_runs_hit_rate(run_xisa,
     assert info.code == 0, info.err
     data = json.loads(info.out)
     assert data["kind"] == "cache" and data["limit"] == 300 * 1024 ** 2 and data["results"] == 2
-    assert data["backend"] == 2 and data["size"] > 0
+    assert data["backend"] == 2 and data["front_end"] == 2 and data["loads"] > 0 and data["size"] > 0
     assert data["last_run"] == {"cells": 2, "results": 2, "backend": 0, "front_end": 0, "compiled": 0, "errors": 0}
     text = run_xisa("cache", "info", cwd=root, env=env)
     assert "hit rate 100%" in text.out and "300.0 MiB limit" in text.out, text.out
+    assert "2 results, 2 back-end, 2 front-end, " in text.out, text.out
 
 
 def test_the_limit_comes_from_the_environment_then_pyproject_then_the_default(tmp_path, monkeypatch):

@@ -74,7 +74,8 @@ def cache_info(as_json: bool = typer.Option(False, "--json", help="Print JSON.")
     typer.echo(f"folder: {info.folder}")
     typer.echo(f"size: {_mib(info.size)} of a {_mib(info.limit)} limit ({info.size / info.limit:.0%}; "
                "XISA_CACHE_SIZE or [tool.xisa] cache_size)")
-    typer.echo(f"entries: {info.results} results, {info.backend} back-end")
+    typer.echo(f"entries: {info.results} results, {info.backend} back-end, {info.front_end} front-end, "
+               f"{info.loads} load")
     run = info.last_run
     if run is None or not run.cells:
         typer.echo("last run: none recorded")

@@ -145,6 +145,8 @@ class CacheInfo:
     results: int               # result entries
     backend: int               # back-end store entries
     last_run: RunCounts | None
+    front_end: int = 0         # front-end store entries (the front end's inputs -> its output's back-end key)
+    loads: int = 0             # load store entries (code objects, source blocks)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -155,5 +157,6 @@ class CacheInfo:
 def cache_info(cache_dir: Path, limit: int) -> CacheInfo:
     size = _folder_size(cache_dir) if cache_dir.is_dir() and not cache_dir.is_symlink() else 0
     return CacheInfo(folder=str(cache_dir), size=size, limit=limit, results=len(_entries(cache_dir / RESULTS)),
-                     backend=len(_entries(cache_dir / BACKEND)), last_run=RunCounts.read(cache_dir))
+                     backend=len(_entries(cache_dir / BACKEND)), last_run=RunCounts.read(cache_dir),
+                     front_end=len(_entries(cache_dir / FRONTEND)), loads=len(_entries(cache_dir / LOADS)))
 
