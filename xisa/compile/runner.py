@@ -37,7 +37,8 @@ from xisa.compile import toolchain
 from xisa.compile.toolchain import apply_pinned_env
 
 # A load allocates ~a million objects (a library's modules, torch._dynamo): at Python's default (700, 10, 10) a worker
-# spent 1.5 s of a 6 s library edit check collecting; at these, 0.2 s, its peak memory 3% higher (bench/incremental.py).
+# spent 1.5 s of a 6 s library edit check collecting; at these, 0.2 s. Peak memory: 3% higher for fla's cold check
+# (bench/incremental.py), 7% to 13% for 2,080 cells (bench/scale.py: 678 to 717 MiB a worker).
 WORKER_GC_THRESHOLDS = (50_000, 20, 100)
 # Set in the parent before forking, so workers inherit the cells without pickling them.
 _CELLS: list[Cell] = []
