@@ -59,10 +59,24 @@ def _stop(signum: int, frame) -> None:
     raise KeyboardInterrupt
 
 
+_interrupt_seen = False   # a SIGINT came during the run: an error after it is its doing
+
+
+def _on_sigint(signum: int, frame) -> None:
+    """Ctrl-C, remembered: one that lands inside a C extension's import (torch importing NumPy) leaves it half made,
+    and the next import of it fails with an ImportError of its own, with no KeyboardInterrupt in sight."""
+    global _interrupt_seen
+    _interrupt_seen = True
+    raise KeyboardInterrupt
+
+
 def _handle_stop_signals() -> dict[int, object]:
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {signum: signal.signal(signum, _stop) for signum in _STOP_SIGNALS}
+    previous = {signum: signal.signal(signum, _stop) for signum in _STOP_SIGNALS}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # not a host program's own handler
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_sigint)
+    return previous
 
 
 def _interrupted() -> None:
@@ -74,10 +88,10 @@ def _interrupted() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    global _stopped_by
+    global _stopped_by, _interrupt_seen
     # The command's process: torch's import warns when NumPy is absent, which xisa's install leaves out.
     warnings.filterwarnings("ignore", message=TORCH_WITHOUT_NUMPY, category=UserWarning)
-    _stopped_by = signal.SIGINT
+    _stopped_by, _interrupt_seen = signal.SIGINT, False
     previous = _handle_stop_signals()
     try:
         _main(argv)
@@ -107,8 +121,8 @@ def _main(argv: list[str] | None) -> None:
               "free space)", file=sys.stderr)
         sys.exit(2)
     except Exception as exc:  # click usage errors (typer >= 0.22 vendors click as typer._click)
-        if interrupted(exc):   # Ctrl-C inside a lazy import's class creation, wrapped in a RuntimeError
-            _interrupted()
+        if interrupted(exc) or _interrupt_seen:   # Ctrl-C inside a lazy import (class creation wraps it in a
+            _interrupted()                          # RuntimeError; a C extension's next import fails on its own)
         if isinstance(exc, _click_exceptions()):
             message = " ".join(exc.format_message().split())
             ctx = getattr(exc, "ctx", None)
