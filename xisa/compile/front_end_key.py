@@ -115,7 +115,7 @@ class _Walk:
             return ["absent"]
         steps = [self.value(value)]
         for attribute in chain[1:]:
-            if not isinstance(value, types.ModuleType) and not _is_class_of(value, "namedtuple"):
+            if not isinstance(value, types.ModuleType) and not _is_namedtuple_class(value):
                 break   # a local's attribute, a tensor method: not resolved from the module
             value = getattr(value, attribute, _ABSENT)
             if value is _ABSENT:
@@ -153,7 +153,7 @@ class _Walk:
 
     def _toolchain_object(self, value) -> list:
         module = getattr(value, "__module__", None) or ""
-        if isinstance(value, type) and _is_class_of(value, "namedtuple") and not is_toolchain_module(module):
+        if isinstance(value, type) and _is_namedtuple_class(value) and not is_toolchain_module(module):
             return ["namedtuple class", self._class(value)]
         if module in _STANDARD or is_toolchain_module(module):
             if module == "builtins" and getattr(builtins, value.__name__, None) is not value:
@@ -184,8 +184,8 @@ def _triton_types() -> tuple[type, type, type]:
     return constexpr, dtype, JITCallable
 
 
-def _is_class_of(value: Any, kind: str) -> bool:
-    return kind == "namedtuple" and isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
+def _is_namedtuple_class(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
 
 
 def _is_torch_dtype(value: Any) -> bool:

@@ -106,6 +106,7 @@ def _installed_path(file: str) -> str | None:
 # Per worker: files do not change under a running compile, and a module keeps its file.
 _DIGESTS: dict[str, str | None] = {}
 _FILES: dict[tuple[str, int], str | None] = {}
+_NONE = object()   # no module by that name
 _LAST: list = [None, None]   # the modules and sys.path of the last answer, and that answer (asked once a cell)
 
 
@@ -128,7 +129,7 @@ def _same_modules(before, now) -> bool:
     if before is None or before[1] != now[1] or len(before[0]) != len(now[0]):
         return False
     modules = now[0]
-    return all(modules.get(name, _FILES) is module for name, module in before[0].items())
+    return all(modules.get(name, _NONE) is module for name, module in before[0].items())
 
 
 def _installed_entries() -> dict[str, str | None]:
