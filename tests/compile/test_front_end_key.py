@@ -168,3 +168,32 @@ def test_a_path_shown_otherwise_runs_the_front_end(tmp_path):
     assert not moved.skipped_front_end
     assert moved.analysis.code_sha256 == cold.analysis.code_sha256
     assert moved.analysis.locs == cold.analysis.locs != first.analysis.locs   # the line information ptxas wrote
+
+
+def _project_visit(self, node):   # a project's function put into Triton's code generator
+    return None
+
+
+def test_the_front_end_check_sees_a_patch_made_after_it_vouched(monkeypatch):
+    """The check that the front end is the installed Triton's answers from its last walk while nothing it walked
+    changed: a method swapped in a class, a function's code replaced, a name added to a module, each after a walk
+    that vouched, must each be seen."""
+    from triton.compiler import code_generator
+
+    from xisa.compile.front_end_key import _front_end_is_tritons
+
+    generator = code_generator.CodeGenerator
+    assert _front_end_is_tritons()
+    monkeypatch.setattr(generator, "visit_Pass", _project_visit)
+    assert not _front_end_is_tritons()
+    monkeypatch.undo()
+    assert _front_end_is_tritons()
+    original = generator.visit_Pass.__code__
+    generator.visit_Pass.__code__ = _project_visit.__code__
+    try:
+        assert not _front_end_is_tritons()
+    finally:
+        generator.visit_Pass.__code__ = original
+    assert _front_end_is_tritons()
+    monkeypatch.setattr(code_generator, "project_helper", _project_visit, raising=False)
+    assert not _front_end_is_tritons()

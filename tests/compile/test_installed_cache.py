@@ -128,3 +128,37 @@ def test_the_depfile_names_the_helpers_record_and_files_not_the_toolchains(site,
     assert str(site / "fakehelper" / "consts.py") in entries
     assert {"triton", "torch", "xisa", "pyyaml", "typer", "rich"} <= toolchain_distributions()
     assert not any(f"{os.sep}triton{os.sep}" in path or f"{os.sep}torch{os.sep}" in path for path in entries)
+
+
+def test_the_held_modules_are_seen_again_when_one_is_replaced_added_or_moved():
+    """`installed_dependencies` answers from its last walk while the process holds the very same module objects under
+    the same names: a module put in another's place (same name, same count) must be a different holding."""
+    import types
+
+    from xisa.compile.installed import HeldObjects
+
+    first, second = types.ModuleType("a"), types.ModuleType("b")
+    modules = {"a": first, "b": second}
+    held = HeldObjects(modules)
+    assert held.same_as(dict(modules))
+    assert not held.same_as({"a": first, "b": types.ModuleType("b")})   # replaced: same name, same count
+    assert not held.same_as({"a": first})                                # one gone
+    assert not held.same_as({**modules, "c": first})                      # one more
+    assert not held.same_as({"b": second, "a": first})                    # taken out and put back: walked again
+
+
+def test_installed_dependencies_names_a_module_imported_after_the_last_answer(site, tmp_path):
+    import sys
+
+    from xisa.compile.installed import installed_dependencies
+
+    install(site, "laterhelper", {"laterhelper/__init__.py": "VALUE = 1\n"})
+    before = installed_dependencies()
+    import laterhelper  # noqa: F401
+
+    try:
+        after = installed_dependencies()
+        assert str(site / "laterhelper" / "__init__.py") not in before
+        assert str(site / "laterhelper" / "__init__.py") in after
+    finally:
+        sys.modules.pop("laterhelper", None)

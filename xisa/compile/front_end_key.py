@@ -23,11 +23,12 @@ import functools
 import hashlib
 import inspect
 import json
+import operator
 import os
 import types
 from typing import Any
 
-from xisa.compile.installed import is_toolchain_module
+from xisa.compile.installed import HeldObjects, is_toolchain_file, is_toolchain_module
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 # Attributes of a JITFunction that are launch-time state, not what the front end reads.
@@ -218,28 +219,49 @@ def _references(source: str) -> tuple[tuple[str, ...], ...]:
 
 def _front_end_is_tritons() -> bool:
     """No function or method of Triton's front-end modules is a project's: each comes from the installed Triton's
-    files or from the standard library or toolchain it imports (`functools.wraps`, torch)."""
+    files or from the standard library or toolchain it imports (`functools.wraps`, torch). Asked once a cell: the
+    answer is walked again only when a module's or class's namespace or a function's code is not what it was."""
     import sys
 
-    import triton
-
-    folder = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")
-    for name in _FRONT_END_MODULES:
-        module = sys.modules.get(name)
-        for value in list(vars(module).values()) if module is not None else ():
-            for function in _functions_of(value, name):
-                file = function.__code__.co_filename
-                if file in _TRITONS_FILES:
-                    continue
-                if not os.path.abspath(file).startswith(folder) and \
-                        not _standard_or_toolchain(getattr(function, "__module__", None) or ""):
-                    return False
-                if os.path.abspath(file).startswith(folder):
-                    _TRITONS_FILES.add(file)
+    modules = [sys.modules.get(name) for name in _FRONT_END_MODULES]
+    last = _LAST_FRONT_END
+    if last and all(held.same_as(vars(module)) if module is not None else held is None
+                    for held, module in zip(last[0], modules)) and \
+            all(held.same_as(vars(klass)) for held, klass in last[1]) and \
+            all(map(operator.is_, (f.__code__ for f in last[2]), last[3])):
+        return True
+    held = [HeldObjects(vars(module)) if module is not None else None for module in modules]
+    classes = [(HeldObjects(vars(value)), value) for name, module in zip(_FRONT_END_MODULES, modules)
+               if module is not None for value in list(vars(module).values())
+               if isinstance(value, type) and value.__module__ == name]
+    functions = [function for name, module in zip(_FRONT_END_MODULES, modules) if module is not None
+                 for value in list(vars(module).values()) for function in _functions_of(value, name)]
+    if not all(map(_is_tritons, functions)):
+        _LAST_FRONT_END.clear()
+        return False
+    _LAST_FRONT_END[:] = [held, classes, functions, tuple(f.__code__ for f in functions)]
     return True
 
 
-_TRITONS_FILES: set[str] = set()   # code file names found inside the installed Triton (asked once per cell)
+# The namespaces, classes, functions and code objects of the last walk that found only Triton's own code.
+_LAST_FRONT_END: list = []
+
+
+def _is_tritons(function) -> bool:
+    import triton
+
+    file = function.__code__.co_filename
+    if file in _TRITONS_FILES:
+        return True
+    if os.path.abspath(file).startswith(os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")):
+        _TRITONS_FILES.add(file)
+        return True
+    if file == "<string>":   # made from text by the standard library (a dataclass's __init__, a namedtuple's __new__)
+        return _standard_or_toolchain(getattr(function, "__module__", None) or "")
+    return is_toolchain_file(file)   # where its code is, whatever its `__module__` says
+
+
+_TRITONS_FILES: set[str] = set()   # code file names found inside the installed Triton
 
 
 def _standard_or_toolchain(module: str) -> bool:

@@ -12,6 +12,7 @@ touches none of them. Runs in a compile worker, after the cell's load and compil
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import re
 import sys
@@ -106,8 +107,22 @@ def _installed_path(file: str) -> str | None:
 # Per worker: files do not change under a running compile, and a module keeps its file.
 _DIGESTS: dict[str, str | None] = {}
 _FILES: dict[tuple[str, int], str | None] = {}
-_NONE = object()   # no module by that name
 _LAST: list = [None, None]   # the modules and sys.path of the last answer, and that answer (asked once a cell)
+
+
+class HeldObjects:
+    """A mapping's names and the very objects under them, as they were: `same_as` tells whether a mapping holds the
+    same objects under the same names in the same order (C-speed: asked once a cell of ~3,000 modules). It keeps
+    the objects alive, so no other object can take one's identity meanwhile."""
+
+    __slots__ = ("names", "objects")
+
+    def __init__(self, mapping):
+        self.names, self.objects = tuple(mapping), tuple(mapping.values())
+
+    def same_as(self, mapping) -> bool:
+        return len(mapping) == len(self.names) and tuple(mapping) == self.names and \
+            all(map(operator.is_, mapping.values(), self.objects))
 
 
 def _digest(path: str) -> str | None:
@@ -119,17 +134,10 @@ def _digest(path: str) -> str | None:
 def installed_dependencies() -> dict[str, str | None]:
     """Depfile entries for the installed code the process holds now: each distribution's RECORD and each
     imported module's file (outside the toolchain's distributions), with their SHA-256."""
-    held = (dict(sys.modules), list(sys.path))
-    if not _same_modules(_LAST[0], held):   # the same module objects on the same path: the same files
-        _LAST[:] = [held, _installed_entries()]
-    return dict(_LAST[1])
-
-
-def _same_modules(before, now) -> bool:
-    if before is None or before[1] != now[1] or len(before[0]) != len(now[0]):
-        return False
-    modules = now[0]
-    return all(modules.get(name, _NONE) is module for name, module in before[0].items())
+    before = _LAST[0]
+    if before is None or before[1] != sys.path or not before[0].same_as(sys.modules):
+        _LAST[:] = [(HeldObjects(sys.modules), list(sys.path)), _installed_entries()]   # the same module objects
+    return dict(_LAST[1])                                                                # on the same path: the same files
 
 
 def _installed_entries() -> dict[str, str | None]:
@@ -150,6 +158,27 @@ def _installed_entries() -> dict[str, str | None]:
         if record is not None:
             entries[record] = _digest(record)
     return dict(sorted(entries.items()))
+
+
+def is_toolchain_file(file: str) -> bool:
+    """A code file of the standard library (a frozen module's `<frozen os>` included) or of a toolchain distribution,
+    by where it is: not what a function's `__module__` says (a function of the project's put into a Triton class, or
+    its code into a Triton function, keeps Triton's `__module__`)."""
+    if file.startswith("<frozen ") and file.endswith(">"):
+        return file[8:-1].partition(".")[0] in sys.stdlib_module_names
+    if not os.path.isabs(file):
+        return False
+    real = real_path(os.path.abspath(file))
+    if real.startswith(_standard_library()) and "-packages" + os.sep not in real:
+        return True
+    for entry in sys.path:
+        folder = os.path.join(os.path.abspath(entry), "") if entry else ""
+        if folder and file.startswith(folder) and in_environment(file):
+            top = file[len(folder):].partition(os.sep)[0]
+            top = top[:-3] if top.endswith(".py") else top
+            owner, _ = _distributions_by_top_level(tuple(sys.path)).get(top, (None, None))
+            return owner in toolchain_distributions()
+    return False
 
 
 def is_toolchain_module(name: str) -> bool:
