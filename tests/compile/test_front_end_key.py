@@ -180,7 +180,7 @@ def test_the_front_end_check_sees_a_patch_made_after_it_vouched(monkeypatch):
     that vouched, must each be seen."""
     from triton.compiler import code_generator
 
-    from xisa.compile.front_end_key import _front_end_is_tritons
+    from xisa.compile.front_end_pristine import front_end_is_pristine as _front_end_is_tritons
 
     generator = code_generator.CodeGenerator
     assert _front_end_is_tritons()
@@ -197,3 +197,85 @@ def test_the_front_end_check_sees_a_patch_made_after_it_vouched(monkeypatch):
     assert _front_end_is_tritons()
     monkeypatch.setattr(code_generator, "project_helper", _project_visit, raising=False)
     assert not _front_end_is_tritons()
+
+
+# What a red-team pass found the record missed (each a false `same` before it was fixed): the edit to cfg.py (or
+# sub.py) changes the code, and the cached compile must be the compile with no cache. Either the record sees the
+# edit, or it refuses to vouch (then the front end runs): both are right, a stale skip is not.
+_SCALE = "import triton.language as tl\nSCALE = tl.constexpr(2.0)\n"
+_TO_FIVE = ("2.0", "5.0")
+ATTACKS = {
+    # a module reached other than as the start of an attribute chain: what is read of it is not recorded
+    "getattr(cfg, 'SCALE')": dict(cfg=_SCALE, body='x * getattr(cfg, "SCALE")', edit=_TO_FIVE),
+    "tl.constexpr(cfg).SCALE": dict(cfg=_SCALE, body="x * tl.constexpr(cfg).SCALE", edit=_TO_FIVE),
+    "a tuple of modules, cfg.MODS[0].SCALE": dict(
+        cfg=_SCALE + "import fakelib.cfg as _me\nMODS = (_me,)\n", body="x * cfg.MODS[0].SCALE", edit=_TO_FIVE),
+    "the module passed to a callee, h(x, cfg)": dict(
+        cfg=_SCALE, body="h(x, cfg)", helpers="@triton.jit\ndef h(v, m: tl.constexpr):\n    return v * m.SCALE\n\n",
+        edit=_TO_FIVE),
+    "the module as a kernel's default": dict(cfg=_SCALE, body="x * M.SCALE", params=", M: tl.constexpr = cfg",
+                                             edit=_TO_FIVE),
+    "a module in a namedtuple's field": dict(
+        cfg="from collections import namedtuple\nfrom fakelib import sub\nNT = namedtuple('NT', ['m'])\nP = NT(sub)\n",
+        sub=_SCALE, body="x * cfg.P.m.SCALE", edit=_TO_FIVE, edited="sub.py"),
+    # a namedtuple's class attributes, read through an instance
+    "a NamedTuple's class attribute": dict(
+        cfg="import triton.language as tl\nfrom typing import NamedTuple\n\n\nclass NT(NamedTuple):\n    a: int = 1\n"
+            "    SCALE = 2.0\n\n\nP = tl.constexpr(NT())\n", body="x * cfg.P.SCALE", edit=_TO_FIVE),
+    "a NamedTuple's @triton.jit class attribute": dict(
+        cfg="import triton\nimport triton.language as tl\nfrom typing import NamedTuple\n\n\n@triton.jit\ndef _h(v):\n"
+            "    return v * 2.0\n\n\nclass NT(NamedTuple):\n    a: int = 1\n    helper = _h\n\n\nP = tl.constexpr(NT())\n",
+        body="cfg.P.helper(x)", edit=_TO_FIVE),
+    # Triton's front end changed at import, with Triton's own objects or the project's
+    "a backend libdevice function rebound": dict(
+        cfg="from triton.language.extra.hip import libdevice as L\nL.exp = L.exp2\n", body="libdevice.exp(x)",
+        imports="from triton.language.extra import libdevice", edit=("L.exp = L.exp2", "L.exp = L.log2")),
+    "tl.sum's combine function rebound": dict(
+        cfg="import triton\nimport triton.language.standard as S\n\n\n@triton.jit\ndef comb(a, b):\n    return a + b\n\n\n"
+            "S._sum_combine = comb\n", body="x * tl.sum(x, 0)", edit=("a + b", "a * b")),
+    "a semantic method swapped for another of Triton's": dict(
+        cfg="X = 1\n", body="x * x",
+        edit=("X = 1\n", "from triton.language.semantic import TritonSemantic as _S\n_S.mul = _S.add\n")),
+    "a method added to tl.tensor": dict(
+        cfg="import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef twice(self):\n    return self * 2.0\n\n\n"
+            "tl.tensor.twice = twice\n", body="x.twice()", edit=("self * 2.0", "self * 5.0")),
+    "a name added to the code generator's builtin namespace": dict(
+        cfg="import triton.language as tl\nfrom triton.compiler.code_generator import CodeGenerator\n\n\n"
+            "def scale_of():\n    return tl.constexpr(2.0)\n\n\nCodeGenerator.builtin_namespace['scale_of'] = scale_of\n",
+        body="x * scale_of()", edit=("constexpr(2.0)", "constexpr(5.0)")),
+}
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_an_input_the_record_once_missed_is_seen_or_refused(tmp_path, name):
+    case = ATTACKS[name]
+    root = _project(tmp_path / "proj", cfg=case["cfg"], body=case["body"], helpers=case.get("helpers", ""),
+                    imports=case.get("imports", ""))
+    package = root / "src" / "fakelib"
+    if "params" in case:
+        _replace(package / "op.py", "BLOCK: tl.constexpr):", f"BLOCK: tl.constexpr{case['params']}):")
+    if "sub" in case:
+        (package / "sub.py").write_text(case["sub"])
+    cache = tmp_path / "cache"
+    first = compile_here(root, cache)[CELL]
+    _comment_elsewhere(root, 1)
+    compile_here(root, cache)
+    _replace(package / case.get("edited", "cfg.py"), *case["edit"])
+    edited = compile_here(root, cache)[CELL]
+    cold = compile_here(root, tmp_path / "cold", use_cache=False)[CELL]
+    assert cold.analysis.code_sha256 != first.analysis.code_sha256   # the edit changes the code
+    assert edited.analysis.code_sha256 == cold.analysis.code_sha256
+    assert not edited.skipped_front_end
+
+
+def test_two_pointer_types_that_differ_only_in_address_space_are_recorded_apart():
+    """A dtype's text leaves out a pointer's address space (Triton compiles no other address space from a CPU here,
+    so this is checked on the record itself): every field of a Triton dtype is recorded."""
+    import triton.language as tl
+
+    from xisa.compile.front_end_key import _Walk
+
+    global_space, shared_space = tl.pointer_type(tl.float32, 1), tl.pointer_type(tl.float32, 3)
+    assert str(global_space) == str(shared_space)
+    assert _Walk().value(global_space) != _Walk().value(shared_space)
+    assert _Walk().value(tl.pointer_type(tl.float32, 1)) == _Walk().value(global_space)

@@ -19,26 +19,23 @@ from __future__ import annotations
 
 import ast
 import builtins
+import enum
 import functools
 import hashlib
 import inspect
 import json
-import operator
-import os
+import sys
 import types
 from typing import Any
 
-from xisa.compile.installed import HeldObjects, is_toolchain_file, is_toolchain_module
+from xisa.compile.front_end_pristine import front_end_is_pristine, in_held_front_end
+from xisa.compile.installed import is_toolchain_module
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 # Attributes of a JITFunction that are launch-time state, not what the front end reads.
 _LAUNCH_STATE = frozenset({"__doc__", "__globals__", "_hash_lock", "device_caches", "hash", "kernel",
                            "used_global_vals", "fn", "params", "signature", "pre_run_hooks", "launch_metadata",
                            "cache", "compiled_hook", "version"})
-# Modules whose code is Triton's front end: all of it must come from the installed Triton's files.
-_FRONT_END_MODULES = ("triton.compiler.code_generator", "triton.compiler.compiler", "triton.language.core",
-                      "triton.language.semantic", "triton.language.standard", "triton.language.math",
-                      "triton.runtime.jit")
 _STANDARD = frozenset({"builtins", "math", "copy", "typing", "functools", "collections"})
 
 
@@ -50,7 +47,7 @@ def front_end_record(fn, bound_constexprs: dict, signature: dict, attrs: Any) ->
     """The SHA-256 of what the front end reads for this JITFunction and specialization, or None (refused)."""
     walk = _Walk()
     try:
-        if not _front_end_is_tritons():
+        if not front_end_is_pristine():
             return None
         record = {"kernel": walk.callable(fn), "constexprs": [[repr(k), walk.value(v)] for k, v in
                                                               sorted(bound_constexprs.items(), key=repr)],
@@ -81,8 +78,9 @@ class _Walk:
         """A JIT function of the project: recorded whole under a name, its name returned (toolchain ones by name)."""
         from triton.runtime.jit import ConstexprFunction
 
-        if is_toolchain_module(getattr(fn, "__module__", "") or ""):
-            return f"toolchain:{fn.__module__}.{fn.__qualname__}"
+        module = getattr(fn, "__module__", "") or ""
+        if in_held_front_end(module) and vars(sys.modules.get(module, builtins)).get(fn.__qualname__) is fn:
+            return f"toolchain:{module}.{fn.__qualname__}"   # tl.sum's combine: Triton's, held as it was
         if isinstance(fn, ConstexprFunction) or getattr(fn, "_repr", None) is not None:
             raise _Refused   # Python that runs inside the trace, or a name made by the project's code
         if id(fn) in self._seen:
@@ -114,16 +112,24 @@ class _Walk:
             return ["builtin", head]
         else:
             return ["absent"]
-        steps = [self.value(value)]
-        for attribute in chain[1:]:
+        steps = [self._step(value, last=len(chain) == 1)]
+        for position, attribute in enumerate(chain[1:], 2):
             if not isinstance(value, types.ModuleType) and not _is_namedtuple_class(value):
                 break   # a local's attribute, a tensor method: not resolved from the module
             value = getattr(value, attribute, _ABSENT)
             if value is _ABSENT:
                 steps.append(["absent"])
                 break
-            steps.append(self.value(value))
+            steps.append(self._step(value, last=position == len(chain)))
         return steps
+
+    def _step(self, value: Any, *, last: bool) -> Any:
+        """A module whose attribute the chain reads next is that module (the attribute is recorded as the next
+        step); any other value, a module the code uses whole included, is recorded by value (`value` refuses a
+        project's module: what the code reads of it, `getattr(cfg, "X")` or a callee's `m.X`, is not in the record)."""
+        if not last and isinstance(value, types.ModuleType):
+            return ["module", value.__name__]
+        return self.value(value)
 
     def value(self, value: Any) -> Any:
         """`value` as JSON that two values the front end tells apart never share; `_Refused` when it cannot."""
@@ -143,9 +149,16 @@ class _Walk:
         if isinstance(value, JITCallable):
             return ["jit", self.callable(value)]
         if isinstance(value, types.ModuleType):
+            if not is_toolchain_module(value.__name__):
+                raise _Refused   # a project's module as a value: what is read of it is not in the record
             return ["module", value.__name__]
-        if isinstance(value, dtype) or _is_torch_dtype(value):
+        if isinstance(value, dtype):   # every field (a pointer's address space is not in its text)
+            return [f"{type(value).__module__}.{type(value).__qualname__}", str(value),
+                    sorted([k, self.value(v)] for k, v in vars(value).items())]
+        if _is_torch_dtype(value):
             return [f"{type(value).__module__}.{type(value).__qualname__}", str(value), repr(value)]
+        if isinstance(value, enum.Enum) and is_toolchain_module(type(value).__module__):   # tl.dtype's signedness
+            return ["enum", type(value).__module__, type(value).__qualname__, value.name, self.value(value.value)]
         if value is _EMPTY:
             return ["empty"]
         if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
@@ -163,16 +176,27 @@ class _Walk:
         raise _Refused   # a project's plain function or class: what it does is not in the record
 
     def _class(self, klass: type) -> list:
-        """A namedtuple class: its fields and defaults; one with methods of its own is refused."""
-        own = {k: v for k, v in vars(klass).items() if isinstance(v, (types.FunctionType, classmethod, staticmethod,
-                                                                         property))}
-        if any(getattr(v, "__module__", "collections") != "collections" and k not in ("__new__", "__repr__",
-               "_make", "_replace", "__getnewargs__", "_asdict") for k, v in own.items()):
-            raise _Refused
+        """A namedtuple class: its fields, defaults and every other attribute of it and its bases, by value (a
+        `SCALE = 2.0` or `helper = some_jit` in its body is read through an instance); a method of its own, a
+        property or anything else `value` cannot record refuses."""
+        attributes = []
+        for base in klass.__mro__:
+            if base in (tuple, object) or base.__module__ == "typing":
+                continue
+            made = "_fields" in vars(base)   # the class namedtuple() made: its machinery and field accessors
+            for name, attribute in vars(base).items():
+                if name in _CLASS_BOOKKEEPING or (made and (name in _NAMEDTUPLE_MADE or name in base._fields)):
+                    continue
+                attributes.append([base.__qualname__, name, self.value(attribute)])
         return [klass.__module__, klass.__qualname__, list(klass._fields),
-                self.value(dict(getattr(klass, "_field_defaults", {})))]
+                self.value(dict(getattr(klass, "_field_defaults", {}))), attributes]
 
 
+# What every class body holds, and what namedtuple() (or typing.NamedTuple) puts in the class it makes.
+_CLASS_BOOKKEEPING = frozenset({"__module__", "__qualname__", "__doc__", "__slots__", "__dict__", "__weakref__",
+                                "__annotations__", "__orig_bases__", "__parameters__"})
+_NAMEDTUPLE_MADE = frozenset({"_fields", "_field_defaults", "__new__", "_make", "_replace", "__repr__", "_asdict",
+                              "__getnewargs__", "__match_args__"})
 _ABSENT = object()
 _EMPTY = inspect.Parameter.empty   # a parameter without a default or an annotation
 
@@ -190,7 +214,7 @@ def _is_namedtuple_class(value: Any) -> bool:
 
 
 def _is_torch_dtype(value: Any) -> bool:
-    torch = __import__("sys").modules.get("torch")
+    torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.dtype)
 
 
@@ -203,77 +227,18 @@ def _references(source: str) -> tuple[tuple[str, ...], ...]:
     found = _REFERENCES.get(source)
     if found is None:
         chains: set[tuple[str, ...]] = set()
+        bases: set[int] = set()   # Name nodes read as a chain's start (ast.walk meets the chain first)
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Attribute):
                 chain, base = [node.attr], node.value
                 while isinstance(base, ast.Attribute):
                     chain.insert(0, base.attr)
+                    bases.add(id(base))
                     base = base.value
-                if isinstance(base, ast.Name):
+                if isinstance(base, ast.Name) and id(node) not in bases:
                     chains.add((base.id, *chain))
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                chains.add((node.id,))
+                    bases.add(id(base))
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in bases:
+                chains.add((node.id,))   # used whole: passed on, called, or given to getattr
         found = _REFERENCES[source] = tuple(sorted(chains))
     return found
-
-
-def _front_end_is_tritons() -> bool:
-    """No function or method of Triton's front-end modules is a project's: each comes from the installed Triton's
-    files or from the standard library or toolchain it imports (`functools.wraps`, torch). Asked once a cell: the
-    answer is walked again only when a module's or class's namespace or a function's code is not what it was."""
-    import sys
-
-    modules = [sys.modules.get(name) for name in _FRONT_END_MODULES]
-    last = _LAST_FRONT_END
-    if last and all(held.same_as(vars(module)) if module is not None else held is None
-                    for held, module in zip(last[0], modules)) and \
-            all(held.same_as(vars(klass)) for held, klass in last[1]) and \
-            all(map(operator.is_, (f.__code__ for f in last[2]), last[3])):
-        return True
-    held = [HeldObjects(vars(module)) if module is not None else None for module in modules]
-    classes = [(HeldObjects(vars(value)), value) for name, module in zip(_FRONT_END_MODULES, modules)
-               if module is not None for value in list(vars(module).values())
-               if isinstance(value, type) and value.__module__ == name]
-    functions = [function for name, module in zip(_FRONT_END_MODULES, modules) if module is not None
-                 for value in list(vars(module).values()) for function in _functions_of(value, name)]
-    if not all(map(_is_tritons, functions)):
-        _LAST_FRONT_END.clear()
-        return False
-    _LAST_FRONT_END[:] = [held, classes, functions, tuple(f.__code__ for f in functions)]
-    return True
-
-
-# The namespaces, classes, functions and code objects of the last walk that found only Triton's own code.
-_LAST_FRONT_END: list = []
-
-
-def _is_tritons(function) -> bool:
-    import triton
-
-    file = function.__code__.co_filename
-    if file in _TRITONS_FILES:
-        return True
-    if os.path.abspath(file).startswith(os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")):
-        _TRITONS_FILES.add(file)
-        return True
-    if file == "<string>":   # made from text by the standard library (a dataclass's __init__, a namedtuple's __new__)
-        return _standard_or_toolchain(getattr(function, "__module__", None) or "")
-    return is_toolchain_file(file)   # where its code is, whatever its `__module__` says
-
-
-_TRITONS_FILES: set[str] = set()   # code file names found inside the installed Triton
-
-
-def _standard_or_toolchain(module: str) -> bool:
-    import sys
-
-    return module.partition(".")[0] in sys.stdlib_module_names or is_toolchain_module(module)
-
-
-def _functions_of(value: Any, module_name: str):
-    """A module-level function, or the methods of a class defined in that module."""
-    members = list(vars(value).values()) if isinstance(value, type) and value.__module__ == module_name else []
-    for member in [value, *members]:
-        member = getattr(member, "__func__", member)
-        if isinstance(getattr(member, "__code__", None), types.CodeType):
-            yield member

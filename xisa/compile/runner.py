@@ -30,6 +30,7 @@ from xisa.compile.backend_store import BackendStore
 from xisa.compile.cache import ResultCache, Timings, cell_key, open_cache_folder, triton_cache_class
 from xisa.compile.cache_limit import RunCounts, default_limit, trim_cache
 from xisa.compile.cell import compile_cell
+from xisa.compile.front_end_pristine import remember_pristine_front_end
 from xisa.compile.installed import installed_dependencies, warm_installed
 from xisa.compile.result import CellResult
 from xisa.spec.cases import Cell
@@ -120,6 +121,7 @@ def _worker_main(conn) -> None:
     _die_with_parent()
     gc.set_threshold(*WORKER_GC_THRESHOLDS)
     prepare_worker_toolchain()
+    remember_pristine_front_end()   # before any kernel's load can change Triton's front end
     keep_loads_in(_CACHE_DIR, lookup=_LOOKUP)
     while True:
         try:

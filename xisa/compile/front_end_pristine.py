@@ -1,0 +1,122 @@
+"""Triton's front end as the compile worker found it: the condition under which a front-end record can vouch.
+
+A front-end record (`front_end_key.py`) holds what a kernel's code reads, not what Triton's code generator and
+language do with it. That is the installed Triton's, unless a library changed it at import: a method of the code
+generator or of `tl.tensor` swapped (even for another of Triton's own: `TritonSemantic.mul = TritonSemantic.add`), a
+function of `tl.standard` or a backend's libdevice rebound, a name added to `CodeGenerator.builtin_namespace`.
+
+So each worker remembers, before it loads any kernel, every namespace of Triton's language and compiler packages
+and of `triton.runtime.jit`: each module's and each of its classes' names and the very objects under them, what
+each dict, list or set held there (one level), and each function's code and defaults. A record vouches only
+while all of it is as it was (compared by identity, C speed: asked once a cell). The first look also walks every
+function and method there: its code must be in the installed Triton's files, the standard library's or the
+toolchain's (by where the code is, not by its `__module__`); a process whose Triton was changed before that look
+never vouches. A module of those packages imported after the look, or one gone, is a change too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from typing import Any
+
+from xisa.compile.installed import HeldObjects, is_toolchain_file, is_toolchain_module
+
+_PACKAGES = ("triton.language", "triton.compiler")
+_JIT = "triton.runtime.jit"   # its registries fill as kernels load: its own containers are not held
+_CONTAINERS = (dict, list, set)
+
+
+class _Held:
+    """One look at the front end's namespaces."""
+
+    def __init__(self):
+        self.modules = _front_end_modules()
+        self.namespaces = [HeldObjects(vars(module)) for _, module in self.modules]
+        self.classes = [(klass, HeldObjects(vars(klass))) for name, module in self.modules
+                        for klass in list(vars(module).values())
+                        if isinstance(klass, type) and klass.__module__ == name]
+        spaces = [(name, vars(module)) for name, module in self.modules if name != _JIT] + \
+            [(klass.__module__, vars(klass)) for klass, _ in self.classes if klass.__module__ != _JIT]
+        self.containers = [(value, _contents(value)) for _, space in spaces for key, value in list(space.items())
+                           if type(value) in _CONTAINERS and key != "__builtins__" and value is not sys.modules]   # Python's own
+        self.functions = [function for name, module in self.modules for value in list(vars(module).values())
+                          for function in _functions_of(value, name)]
+        self.code = [(f.__code__, f.__defaults__, f.__kwdefaults__) for f in self.functions]
+
+    def still(self) -> bool:
+        """Everything held is as it was."""
+        if [name for name, _ in _front_end_modules()] != [name for name, _ in self.modules]:
+            return False
+        return all(held.same_as(vars(module)) for held, (_, module) in zip(self.namespaces, self.modules)) and \
+            all(held.same_as(vars(klass)) for klass, held in self.classes) and \
+            all(_contents(value) == contents for value, contents in self.containers) and \
+            all(f.__code__ is code and f.__defaults__ is defaults and f.__kwdefaults__ is kwdefaults
+                for f, (code, defaults, kwdefaults) in zip(self.functions, self.code))
+
+
+_PRISTINE: list = []   # [_Held] once looked at, [None] when that look found a function that is not Triton's
+
+
+def remember_pristine_front_end() -> None:
+    """Take the look now (a compile worker, before its first load), with every module the front end runs imported."""
+    if not _PRISTINE:
+        import triton.compiler.code_generator  # noqa: F401
+        import triton.language.extra.libdevice  # noqa: F401
+        import triton.language.semantic  # noqa: F401
+        import triton.runtime.jit  # noqa: F401
+
+        held = _Held()
+        _PRISTINE.append(held if all(map(_is_tritons, held.functions)) else None)
+
+
+def front_end_is_pristine() -> bool:
+    """Triton's front end is as this process first found it, and that was the installed Triton's own."""
+    remember_pristine_front_end()
+    return _PRISTINE[0] is not None and _PRISTINE[0].still()
+
+
+def in_held_front_end(module_name: str) -> bool:
+    """A module whose namespace `front_end_is_pristine` holds (a JIT function of it is Triton's, as it was)."""
+    return module_name == _JIT or any(module_name == p or module_name.startswith(p + ".") for p in _PACKAGES)
+
+
+def _front_end_modules() -> list[tuple[str, Any]]:
+    return sorted((name, module) for name, module in list(sys.modules.items())
+                  if isinstance(module, types.ModuleType) and in_held_front_end(name))
+
+
+def _contents(value) -> Any:
+    """What a dict, list or set holds, one level down (kept alive, so an equal item is the same one or equal)."""
+    if type(value) is dict:
+        return tuple(value.items())
+    return tuple(value) if type(value) is list else frozenset(value)
+
+
+def _is_tritons(function) -> bool:
+    import triton
+
+    file = function.__code__.co_filename
+    if file in _TRITONS_FILES:
+        return True
+    if os.path.abspath(file).startswith(os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")):
+        _TRITONS_FILES.add(file)
+        return True
+    if file == "<string>":   # made from text by the standard library (a dataclass's __init__, a namedtuple's __new__)
+        module = getattr(function, "__module__", None) or ""
+        return module.partition(".")[0] in sys.stdlib_module_names or is_toolchain_module(module)
+    return is_toolchain_file(file)   # where its code is, whatever its `__module__` says
+
+
+_TRITONS_FILES: set[str] = set()   # code file names found inside the installed Triton
+
+
+def _functions_of(value: Any, module_name: str):
+    """A module-level function, or the methods of a class defined in that module."""
+    members = list(vars(value).values()) if isinstance(value, type) and value.__module__ == module_name else []
+    for member in [value, *members]:
+        member = getattr(member, "__func__", member)
+        if isinstance(getattr(member, "__code__", None), types.CodeType):
+            yield member
+
