@@ -279,3 +279,21 @@ def test_two_pointer_types_that_differ_only_in_address_space_are_recorded_apart(
     assert str(global_space) == str(shared_space)
     assert _Walk().value(global_space) != _Walk().value(shared_space)
     assert _Walk().value(tl.pointer_type(tl.float32, 1)) == _Walk().value(global_space)
+
+
+def test_a_compile_that_copies_a_constexpr_leaves_the_front_end_pristine(monkeypatch):
+    """copyreg caches `__slotnames__` in a class the first time one of its objects is copied (Triton deep-copies
+    constexprs while it compiles): Python's bookkeeping, so the skip stays open after a cell compiled in full."""
+    import copy
+
+    import triton.language as tl
+
+    from xisa.compile import front_end_pristine
+    from xisa.compile.front_end_pristine import front_end_is_pristine
+
+    monkeypatch.delattr(tl.constexpr, "__slotnames__", raising=False)   # as a fresh worker finds it
+    monkeypatch.setattr(front_end_pristine, "_PRISTINE", [])
+    assert front_end_is_pristine()
+    copy.deepcopy(tl.constexpr(3))
+    assert "__slotnames__" in vars(tl.constexpr)
+    assert front_end_is_pristine()

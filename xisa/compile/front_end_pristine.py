@@ -34,7 +34,7 @@ class _Held:
     def __init__(self):
         self.modules = _front_end_modules()
         self.namespaces = [HeldObjects(vars(module)) for _, module in self.modules]
-        self.classes = [(klass, HeldObjects(vars(klass))) for name, module in self.modules
+        self.classes = [(klass, HeldObjects(_own(klass))) for name, module in self.modules
                         for klass in list(vars(module).values())
                         if isinstance(klass, type) and klass.__module__ == name]
         spaces = [(name, vars(module)) for name, module in self.modules if name != _JIT] + \
@@ -50,7 +50,7 @@ class _Held:
         if [name for name, _ in _front_end_modules()] != [name for name, _ in self.modules]:
             return False
         return all(held.same_as(vars(module)) for held, (_, module) in zip(self.namespaces, self.modules)) and \
-            all(held.same_as(vars(klass)) for klass, held in self.classes) and \
+            all(held.same_as(vars(klass)) or held.same_as(_own(klass)) for klass, held in self.classes) and \
             all(_contents(value) == contents for value, contents in self.containers) and \
             all(f.__code__ is code and f.__defaults__ is defaults and f.__kwdefaults__ is kwdefaults
                 for f, (code, defaults, kwdefaults) in zip(self.functions, self.code))
@@ -85,6 +85,12 @@ def in_held_front_end(module_name: str) -> bool:
 def _front_end_modules() -> list[tuple[str, Any]]:
     return sorted((name, module) for name, module in list(sys.modules.items())
                   if isinstance(module, types.ModuleType) and in_held_front_end(name))
+
+
+def _own(klass: type) -> dict:
+    """A class's namespace less `__slotnames__`, which copyreg adds the first time one of its objects is copied or
+    pickled (Triton deep-copies constexprs while it compiles): Python's cache, not a change."""
+    return {name: value for name, value in vars(klass).items() if name != "__slotnames__"}
 
 
 def _contents(value) -> Any:
