@@ -199,6 +199,23 @@ def test_the_front_end_check_sees_a_patch_made_after_it_vouched(monkeypatch):
     assert not _front_end_is_tritons()
 
 
+_SETS_KNOB = """import triton
+import triton.language as tl
+
+
+def _heur(args):
+    triton.knobs.amd.use_buffer_ops = False
+    return 1
+
+
+@triton.heuristics({"H": _heur})
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr, H: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.load(x_ptr + r) * 2.0)
+"""
+
+
 # What a red-team pass found the record missed (each a false `same` before it was fixed): the edit to cfg.py (or
 # sub.py) changes the code, and the cached compile must be the compile with no cache. Either the record sees the
 # edit, or it refuses to vouch (then the front end runs): both are right, a stale skip is not.
@@ -243,6 +260,59 @@ ATTACKS = {
         cfg="import triton.language as tl\nfrom triton.compiler.code_generator import CodeGenerator\n\n\n"
             "def scale_of():\n    return tl.constexpr(2.0)\n\n\nCodeGenerator.builtin_namespace['scale_of'] = scale_of\n",
         body="x * scale_of()", edit=("constexpr(2.0)", "constexpr(5.0)")),
+    # round two, after the fixes above: types matched exactly, knobs set in code, the IR builder, a module __getattr__
+    "a float subclass with its own __repr__": dict(
+        cfg="import triton.language as tl\n\n\nclass F(float):\n    def __repr__(self):\n        return 'F'\n\n\n"
+            "S = tl.constexpr(F(2.0))\n", body="x * cfg.S", edit=("F(2.0)", "F(5.0)")),
+    "an int subclass with its own __add__": dict(
+        cfg="import triton.language as tl\n\n\nclass I(int):\n    def __add__(self, o):\n        return int(self) + "
+            "int(o) + 1\n\n\nN = tl.constexpr(I(1))\n", body="x * (cfg.N + 1)", edit=("int(o) + 1", "int(o) + 7")),
+    "a namedtuple field's accessor overwritten": dict(
+        cfg="from collections import namedtuple\nNT = namedtuple('NT', ['a'])\nNT.a = 2.0\nP = NT(1)\n",
+        body="x * cfg.P.a", edit=("NT.a = 2.0", "NT.a = 5.0")),
+    "a tuple subclass that only says _fields": dict(
+        cfg="class T(tuple):\n    _fields = ('SCALE',)\n    SCALE = 2.0\n\n\nP = T()\n", body="x * cfg.P.SCALE",
+        edit=("SCALE = 2.0", "SCALE = 5.0")),
+    "a constexpr subclass with its own __add__": dict(
+        cfg="import triton.language as tl\n\n\nclass C(tl.constexpr):\n    def __add__(self, o):\n        return "
+            "tl.constexpr(2.0)\n\n\nS = C(1.0)\n", body="x * (cfg.S + 1.0)", edit=("constexpr(2.0)", "constexpr(5.0)")),
+    "a dtype subclass with its own to_ir": dict(
+        cfg="import triton.language as tl\n\n\nclass D(tl.dtype):\n    def to_ir(self, builder):\n        return "
+            "builder.get_half_ty()\n\n\nDT = tl.constexpr(D('fp16'))\n", body="x.to(cfg.DT).to(tl.float32)",
+        edit=("get_half_ty", "get_bf16_ty")),
+    "a JITFunction subclass with its own parse": dict(
+        cfg="FACTOR = '2.0'\n", body="x * 1.0", edit=("'2.0'", "'5.0'"),
+        op_after="\n\nimport ast\nfrom triton.runtime.jit import JITFunction\n\n\nclass MyJIT(JITFunction):\n"
+                 "    def parse(self):\n        return ast.parse(self._src.replace('1.0', cfg.FACTOR))\n\n\n"
+                 "kern = MyJIT(kern.fn)\n"),
+    "an attribute of a @triton.jit function read": dict(
+        cfg="import triton\n\n\n@triton.jit\ndef h(v):\n    return v\n\n\nh.kernel = 2.0\n", body="x * cfg.h.kernel",
+        edit=("h.kernel = 2.0", "h.kernel = 5.0")),
+    "getattr on the triton module": dict(
+        cfg="import triton\nimport triton.language as tl\ntriton.XS = tl.constexpr(2.0)\n", body='x * getattr(triton, "XS")',
+        edit=("(2.0)", "(5.0)")),
+    "a toolchain class's attribute set": dict(
+        cfg="import triton\ntriton.Config.XS = 2.0\n", body="x * triton.Config.XS", edit=("= 2.0", "= 5.0")),
+    "a project class claiming a standard module": dict(
+        cfg="class K:\n    S = 2.0\n\n\nK.__module__ = 'typing'\n", body="x * cfg.K.S", edit=("S = 2.0", "S = 5.0")),
+    "an IR builder method swapped": dict(
+        cfg="X = 1\n", body="x + x",
+        edit=("X = 1\n", "from triton._C.libtriton import ir\nir.builder.create_fadd = ir.builder.create_fsub\n")),
+    "a module __getattr__ that answers differently later": dict(
+        cfg="import triton.language as tl\n_n = [0]\nB = 2.0\n\n\ndef __getattr__(name):\n    if name == 'SCALE':\n"
+            "        _n[0] += 1\n        return tl.constexpr(1.0 if _n[0] == 1 else B)\n    raise AttributeError(name)\n",
+        body="x * cfg.SCALE", edit=("B = 2.0", "B = 5.0")),
+    "a knob a heuristic sets while the cell binds": dict(
+        cfg="P = 'tf32'\n", body="x", target="sm_90", edit=("'tf32'", "'ieee'"),
+        op=("import triton\nimport triton.language as tl\nfrom fakelib import cfg\n\n\ndef _heur(args):\n"
+            "    triton.knobs.propagate_env = False\n    triton.knobs.language.fp32_default = cfg.P\n    return 1\n\n\n"
+            "@triton.heuristics({'H': _heur})\n@triton.jit\ndef kern(x_ptr, y_ptr, BLOCK: tl.constexpr, H: tl.constexpr):\n"
+            "    r = tl.arange(0, BLOCK)\n    a = tl.load(x_ptr + r[:, None] * BLOCK + r[None, :])\n    c = tl.dot(a, a)\n"
+            "    tl.store(y_ptr + r[:, None] * BLOCK + r[None, :], c)\n")),
+    "a back-end knob a heuristic sets (the TTIR is the same)": dict(
+        cfg="B = True\n", body="x", edit=("B = True", "B = False"),
+        op=_SETS_KNOB.replace("import triton\n", "import triton\nfrom fakelib import cfg\n", 1).replace(
+            "use_buffer_ops = False", "use_buffer_ops = cfg.B")),
 }
 
 
@@ -252,17 +322,23 @@ def test_an_input_the_record_once_missed_is_seen_or_refused(tmp_path, name):
     root = _project(tmp_path / "proj", cfg=case["cfg"], body=case["body"], helpers=case.get("helpers", ""),
                     imports=case.get("imports", ""))
     package = root / "src" / "fakelib"
+    cell = CELL.replace("gfx942", case.get("target", "gfx942"))
+    if "target" in case:
+        _replace(root / "kernels" / "op.yaml", "gfx942", case["target"])
+    if "op" in case:
+        (package / "op.py").write_text(case["op"])
+    (package / "op.py").write_text((package / "op.py").read_text() + case.get("op_after", ""))
     if "params" in case:
         _replace(package / "op.py", "BLOCK: tl.constexpr):", f"BLOCK: tl.constexpr{case['params']}):")
     if "sub" in case:
         (package / "sub.py").write_text(case["sub"])
     cache = tmp_path / "cache"
-    first = compile_here(root, cache)[CELL]
+    first = compile_here(root, cache)[cell]
     _comment_elsewhere(root, 1)
     compile_here(root, cache)
     _replace(package / case.get("edited", "cfg.py"), *case["edit"])
-    edited = compile_here(root, cache)[CELL]
-    cold = compile_here(root, tmp_path / "cold", use_cache=False)[CELL]
+    edited = compile_here(root, cache)[cell]
+    cold = compile_here(root, tmp_path / "cold", use_cache=False)[cell]
     assert cold.analysis.code_sha256 != first.analysis.code_sha256   # the edit changes the code
     assert edited.analysis.code_sha256 == cold.analysis.code_sha256
     assert not edited.skipped_front_end
@@ -297,3 +373,24 @@ def test_a_compile_that_copies_a_constexpr_leaves_the_front_end_pristine(monkeyp
     copy.deepcopy(tl.constexpr(3))
     assert "__slotnames__" in vars(tl.constexpr)
     assert front_end_is_pristine()
+
+
+
+
+def test_a_knob_a_heuristic_sets_reaches_its_own_cell_and_no_later_one(tmp_path):
+    """A heuristic that sets a back-end knob while its cell binds (`knobs.amd.use_buffer_ops`, read after the front
+    end): its cell compiles under it, as its launch would, and is not the back-end store's entry for the plain
+    kernel's TTIR; the next cell in the same worker compiles as it does alone."""
+    plain = KERNEL.format(imports="", helpers="", body="x * 2.0").replace("from fakelib import cfg\n", "")
+    files = {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\npythonpath = ["src"]\n',
+             "src/fakelib/__init__.py": "", "src/fakelib/a_sets.py": _SETS_KNOB, "src/fakelib/b_plain.py": plain,
+             "kernels/a_sets.yaml": SPEC.replace("name: op", "name: a_sets").replace("fakelib.op", "fakelib.a_sets"),
+             "kernels/b_plain.yaml": SPEC.replace("name: op", "name: b_plain").replace("fakelib.op", "fakelib.b_plain")}
+    both = compile_here(write_files(tmp_path / "both", files), tmp_path / "cache")
+    alone = compile_here(write_files(tmp_path / "alone", {k: v for k, v in files.items() if "a_sets" not in k}),
+                         tmp_path / "cold", use_cache=False)
+    assert both["b_plain:c@gfx942"].analysis.code_sha256 == alone["b_plain:c@gfx942"].analysis.code_sha256
+    assert both["a_sets:c@gfx942"].analysis.code_sha256 != alone["b_plain:c@gfx942"].analysis.code_sha256
+    again = compile_here(write_files(tmp_path / "again", files), tmp_path / "cache")   # the stores answer now
+    assert {cell: r.analysis.code_sha256 for cell, r in again.items()} == \
+        {cell: r.analysis.code_sha256 for cell, r in both.items()}

@@ -35,7 +35,7 @@ from xisa.compile.front_end_key import front_end_record
 from xisa.compile.reads import compile_reads, dependency_digest, note_compile_reads, reads_so_far
 from xisa.compile.result import analysis_from_cache, analysis_to_cache
 from xisa.compile.state import WORKER
-from xisa.compile.toolchain import changes_compilation
+from xisa.compile.toolchain import changes_compilation, knob_settings
 
 # A file location in MLIR's printed form: `loc("/path/k.py":12:5)` (a callsite or a name refers to these).
 _LOCATION_FILE = re.compile(r'loc\("([^"]*)":[0-9]+:[0-9]+\)')
@@ -141,7 +141,7 @@ class BackendReuse:
         for path in sorted(set(_LOCATION_FILE.findall(ttir))):
             for name in (path, os.path.dirname(path)):   # ptxas gets the folder apart (`DW_AT_comp_dir`)
                 shown[name] = self.path_of(name)
-        payload = {**self.context, "ttir": ttir, "shown_paths": shown}
+        payload = {**self.context, "knobs": code_knobs(), "ttir": ttir, "shown_paths": shown}   # as the back end has them
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
     def back_end_reads(self) -> dict[str, str | None]:
@@ -170,7 +170,17 @@ def backend_context(cell, bound) -> dict[str, Any]:
         "triton_environment": canonical(get_cache_invalidating_env_vars()),
         "target": canonical(cell.target.summary()), "gpu_target": canonical(vars(bound.target)),
         "options": canonical(vars(bound.options)),
+        "knobs": code_knobs(),
     }
+
+
+def code_knobs() -> Any:
+    """Triton's knobs as code set them (a heuristic or a pre_hook may, while the cell binds; a constexpr function
+    while the front end traces), with whether knobs follow the environment: a knob the front end or the back end
+    reads that way is in no variable."""
+    from triton import knobs
+
+    return canonical({"groups": knob_settings(), "propagate_env": getattr(knobs, "propagate_env", None)})
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from xisa.compile.reads import compiling, reused_compile_reads
 from xisa.compile.standins import plain
 from xisa.compile.disassemble import kept_stages, machine_code
 from xisa.compile.result import CellResult
+from xisa.compile.toolchain import knobs_restored
 from xisa.errors import XisaError
 from xisa.spec.cases import Cell
 
@@ -36,8 +37,9 @@ def compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool = False, st
             warnings.simplefilter("ignore", category)
         # Triton 3.8 says "tl.make_block_ptr is deprecated" as a plain UserWarning, once per traced call
         warnings.filterwarnings("ignore", message=r".* is deprecated\b", category=UserWarning)
-        return _compile_cell(cell, roots=roots, keep_stages=keep_stages, store=store,
-                             lookup=lookup and not keep_stages)
+        with knobs_restored():
+            return _compile_cell(cell, roots=roots, keep_stages=keep_stages, store=store,
+                                 lookup=lookup and not keep_stages)
 
 
 def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: BackendStore | None,

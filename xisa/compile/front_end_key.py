@@ -28,15 +28,13 @@ import sys
 import types
 from typing import Any
 
-from xisa.compile.front_end_pristine import front_end_is_pristine, in_held_front_end
-from xisa.compile.installed import is_toolchain_module
+from xisa.compile.front_end_pristine import front_end_is_pristine, held_object, in_held_front_end
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 # Attributes of a JITFunction that are launch-time state, not what the front end reads.
 _LAUNCH_STATE = frozenset({"__doc__", "__globals__", "_hash_lock", "device_caches", "hash", "kernel",
                            "used_global_vals", "fn", "params", "signature", "pre_run_hooks", "launch_metadata",
                            "cache", "compiled_hook", "version"})
-_STANDARD = frozenset({"builtins", "math", "copy", "typing", "functools", "collections"})
 
 
 class _Refused(Exception):
@@ -76,13 +74,11 @@ class _Walk:
 
     def callable(self, fn) -> str:
         """A JIT function of the project: recorded whole under a name, its name returned (toolchain ones by name)."""
-        from triton.runtime.jit import ConstexprFunction
-
-        module = getattr(fn, "__module__", "") or ""
-        if in_held_front_end(module) and vars(sys.modules.get(module, builtins)).get(fn.__qualname__) is fn:
-            return f"toolchain:{module}.{fn.__qualname__}"   # tl.sum's combine: Triton's, held as it was
-        if isinstance(fn, ConstexprFunction) or getattr(fn, "_repr", None) is not None:
-            raise _Refused   # Python that runs inside the trace, or a name made by the project's code
+        if held_object(fn):   # tl.sum's combine: Triton's, held as it was
+            return f"toolchain:{fn.__module__}.{fn.__qualname__}"
+        if type(fn) is not _triton_types()[2] or getattr(fn, "_repr", None) is not None:
+            raise _Refused   # a constexpr_function (Python run inside the trace), a subclass whose methods the
+                             # front end calls (`parse`), or a name made by the project's code
         if id(fn) in self._seen:
             return self._seen[id(fn)]
         name = f"{type(fn).__module__}.{type(fn).__qualname__}:{fn.__module__}.{fn.__qualname__}#{len(self._seen)}"
@@ -104,19 +100,30 @@ class _Walk:
         return entry
 
     def _resolved(self, scope: dict, chain: tuple[str, ...]) -> Any:
-        """A name and the attributes followed from it, as the front end finds them: each step's value recorded."""
+        """A name and the attributes followed from it, as the front end finds them: each step's value recorded. A
+        module's attribute is read from its namespace (one with a module `__getattr__` that lacks it refuses: what
+        that answers depends on when it is asked); a chain may go on past a value only where the value is recorded
+        whole (a namedtuple, a constexpr, a Triton dtype, a class of Triton's held front end)."""
         head = chain[0]
         if head in scope:
             value = scope[head]
         elif hasattr(builtins, head):
-            return ["builtin", head]
+            return ["builtin", head, self.value(getattr(builtins, head))]
         else:
             return ["absent"]
         steps = [self._step(value, last=len(chain) == 1)]
         for position, attribute in enumerate(chain[1:], 2):
-            if not isinstance(value, types.ModuleType) and not _is_namedtuple_class(value):
-                break   # a local's attribute, a tensor method: not resolved from the module
-            value = getattr(value, attribute, _ABSENT)
+            if isinstance(value, types.ModuleType):
+                namespace = vars(value)
+                if attribute not in namespace and "__getattr__" in namespace:
+                    raise _Refused
+                value = namespace.get(attribute, _ABSENT)
+            elif _is_namedtuple_class(value):
+                value = getattr(value, attribute, _ABSENT)
+            else:
+                if not _recorded_whole(value):
+                    raise _Refused   # the front end reads an attribute of it the record does not hold
+                break
             if value is _ABSENT:
                 steps.append(["absent"])
                 break
@@ -132,48 +139,43 @@ class _Walk:
         return self.value(value)
 
     def value(self, value: Any) -> Any:
-        """`value` as JSON that two values the front end tells apart never share; `_Refused` when it cannot."""
-        constexpr, dtype, JITCallable = _triton_types()
-        if isinstance(value, _PLAIN):
-            return [type(value).__name__, repr(value)]
-        if type(value) in (tuple, list):
-            return [type(value).__name__, [self.value(v) for v in value]]
-        if type(value) in (set, frozenset):
-            return [type(value).__name__, sorted((self.value(v) for v in value), key=repr)]
-        if type(value) is dict:
+        """`value` as JSON that two values the front end tells apart never share; `_Refused` when it cannot. Types
+        are matched exactly: a subclass (an `int` with its own `__add__`, a `float` with its own `__repr__`, a
+        constexpr, dtype or JITFunction subclass of the project's) brings behaviour the record does not hold."""
+        constexpr, dtype, JITFunction = _triton_types()
+        kind = type(value)
+        if kind in _PLAIN:
+            return [kind.__name__, repr(value)]
+        if kind in (tuple, list):
+            return [kind.__name__, [self.value(v) for v in value]]
+        if kind in (set, frozenset):
+            return [kind.__name__, sorted((self.value(v) for v in value), key=repr)]
+        if kind is dict:
             return ["dict", sorted(([self.value(k), self.value(v)] for k, v in value.items()), key=repr)]
-        if isinstance(value, tuple) and hasattr(type(value), "_fields"):   # a namedtuple
-            return ["namedtuple", self._class(type(value)), [self.value(v) for v in value]]
-        if isinstance(value, constexpr):
+        if _is_namedtuple_class(kind):
+            return ["namedtuple", self._class(kind), [self.value(v) for v in value]]
+        if kind is constexpr:
             return ["constexpr", self.value(value.value)]
-        if isinstance(value, JITCallable):
+        if kind is JITFunction:
             return ["jit", self.callable(value)]
-        if isinstance(value, types.ModuleType):
-            if not is_toolchain_module(value.__name__):
-                raise _Refused   # a project's module as a value: what is read of it is not in the record
+        if kind is types.ModuleType:
+            if not in_held_front_end(value.__name__):
+                raise _Refused   # a module used whole: what is read of it is not in the record (tl's is held)
             return ["module", value.__name__]
-        if isinstance(value, dtype):   # every field (a pointer's address space is not in its text)
-            return [f"{type(value).__module__}.{type(value).__qualname__}", str(value),
+        if isinstance(value, dtype) and held_object(kind):   # every field (a pointer's address space is not in
+            return [f"{kind.__module__}.{kind.__qualname__}", str(value),   # its text)
                     sorted([k, self.value(v)] for k, v in vars(value).items())]
         if _is_torch_dtype(value):
-            return [f"{type(value).__module__}.{type(value).__qualname__}", str(value), repr(value)]
-        if isinstance(value, enum.Enum) and is_toolchain_module(type(value).__module__):   # tl.dtype's signedness
-            return ["enum", type(value).__module__, type(value).__qualname__, value.name, self.value(value.value)]
+            return [f"{kind.__module__}.{kind.__qualname__}", str(value), repr(value)]
+        if isinstance(value, enum.Enum) and held_object(kind):   # tl.dtype's signedness
+            return ["enum", kind.__module__, kind.__qualname__, value.name, self.value(value.value)]
         if value is _EMPTY:
             return ["empty"]
-        if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
-            return self._toolchain_object(value)
-        raise _Refused
-
-    def _toolchain_object(self, value) -> list:
-        module = getattr(value, "__module__", None) or ""
-        if isinstance(value, type) and _is_namedtuple_class(value) and not is_toolchain_module(module):
+        if isinstance(value, type) and _is_namedtuple_class(value):
             return ["namedtuple class", self._class(value)]
-        if module in _STANDARD or is_toolchain_module(module):
-            if module == "builtins" and getattr(builtins, value.__name__, None) is not value:
-                raise _Refused
-            return ["toolchain", module, value.__qualname__]
-        raise _Refused   # a project's plain function or class: what it does is not in the record
+        if held_object(value) or _builtin(value):
+            return ["toolchain", value.__module__, value.__qualname__]
+        raise _Refused   # a project's function or class, or the toolchain's outside the held front end
 
     def _class(self, klass: type) -> list:
         """A namedtuple class: its fields, defaults and every other attribute of it and its bases, by value (a
@@ -184,6 +186,8 @@ class _Walk:
             if base in (tuple, object) or base.__module__ == "typing":
                 continue
             made = "_fields" in vars(base)   # the class namedtuple() made: its machinery and field accessors
+            if made and not _made_by_namedtuple(base):
+                raise _Refused
             for name, attribute in vars(base).items():
                 if name in _CLASS_BOOKKEEPING or (made and (name in _NAMEDTUPLE_MADE or name in base._fields)):
                     continue
@@ -204,13 +208,53 @@ _EMPTY = inspect.Parameter.empty   # a parameter without a default or an annotat
 @functools.lru_cache(maxsize=1)
 def _triton_types() -> tuple[type, type, type]:
     from triton.language import constexpr, dtype
-    from triton.runtime.jit import JITCallable
+    from triton.runtime.jit import JITFunction
 
-    return constexpr, dtype, JITCallable
+    return constexpr, dtype, JITFunction
 
 
 def _is_namedtuple_class(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
+
+
+def _made_by_namedtuple(klass: type) -> bool:
+    """The class `collections.namedtuple` made (directly or for typing.NamedTuple): each field read by a
+    `_tuplegetter` (the item, which the record holds) and its methods collections' own, not a tuple subclass that
+    only says `_fields`."""
+    import collections
+
+    own = vars(klass)
+    fields = own.get("_fields")
+    if type(fields) is not tuple or not all(type(vars(klass).get(f)) is collections._tuplegetter for f in fields):
+        return False
+    for name in _NAMEDTUPLE_MADE - {"_fields", "_field_defaults", "__match_args__"}:
+        method = getattr(own.get(name), "__func__", own.get(name))
+        code = getattr(method, "__code__", None)
+        if name in own and (code is None or (code.co_filename != collections.__file__ and not (
+                name == "__new__" and code.co_filename == "<string>" and
+                method.__module__ == f"namedtuple_{klass.__name__}"))):
+            return False
+    return True
+
+
+def _recorded_whole(value: Any) -> bool:
+    """A value whose attributes the record holds: what the front end reads of it cannot differ unseen."""
+    constexpr, dtype, _ = _triton_types()
+    return _is_namedtuple_class(type(value)) or type(value) is constexpr or \
+        (isinstance(value, dtype) and held_object(type(value))) or (isinstance(value, type) and held_object(value))
+
+
+def _builtin(value: Any) -> bool:
+    """A function or type of the interpreter's own (C: its names cannot be set), found under its name in its
+    module."""
+    if not isinstance(value, (types.BuiltinFunctionType, type)) or \
+            (isinstance(value, type) and value.__flags__ & _HEAPTYPE):
+        return False
+    module = sys.modules.get(getattr(value, "__module__", None) or "")
+    return module is not None and vars(module).get(value.__qualname__) is value
+
+
+_HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, whose names can be set
 
 
 def _is_torch_dtype(value: Any) -> bool:

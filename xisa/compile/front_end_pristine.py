@@ -23,7 +23,8 @@ from typing import Any
 
 from xisa.compile.installed import HeldObjects, is_toolchain_file, is_toolchain_module
 
-_PACKAGES = ("triton.language", "triton.compiler")
+_PACKAGES = ("triton.language", "triton.compiler", "triton._C")   # _C: the IR builder's methods, which a library
+                                                                  # could swap (`ir.builder.create_fadd = ...`)
 _JIT = "triton.runtime.jit"   # its registries fill as kernels load: its own containers are not held
 _CONTAINERS = (dict, list, set)
 
@@ -80,6 +81,25 @@ def front_end_is_pristine() -> bool:
 def in_held_front_end(module_name: str) -> bool:
     """A module whose namespace `front_end_is_pristine` holds (a JIT function of it is Triton's, as it was)."""
     return module_name == _JIT or any(module_name == p or module_name.startswith(p + ".") for p in _PACKAGES)
+
+
+def held_object(value: Any) -> bool:
+    """A function or class of the held front end, found under its qualified name in its module's namespace (its
+    `__module__` and `__qualname__` can be set to anything: the object itself must be there)."""
+    module_name = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", None)
+    if not isinstance(module_name, str) or not isinstance(qualname, str) or not in_held_front_end(module_name):
+        return False
+    found: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        try:
+            found = vars(found).get(part, _MISSING)
+        except TypeError:
+            return False
+    return found is value
+
+
+_MISSING = object()
 
 
 def _front_end_modules() -> list[tuple[str, Any]]:

@@ -24,7 +24,7 @@ from xisa.compile.reads import (ENVIRONMENT_ENTRY, ENVIRONMENT_PACKAGES, depende
                                 is_project_module, package_folders, value_digest, watched_environment)
 from xisa.compile.state import PREFIX_MARK, WORKER, LoadedModule
 from xisa.compile.target_driver import LoadTargetDriver, target_driver
-from xisa.compile.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, toolchain_variable
+from xisa.compile.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, knob_settings, toolchain_variable
 from xisa.errors import SpecError
 from xisa.spec.cases import KernelSpec
 
@@ -149,7 +149,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
     """
     hook_reads()
     saved_path = list(sys.path)
-    saved_environ, saved_knobs = dict(os.environ), _knob_settings()
+    saved_environ, saved_knobs = dict(os.environ), knob_settings()
     package = _package_of(spec.source_file, roots) if spec.source_file is not None else None
     if package:
         top = package[0].partition(".")[0]
@@ -299,13 +299,6 @@ def _from_source() -> Iterator[None]:
         sys.dont_write_bytecode = saved
         SourceFileLoader.get_code = get_code
         inspect.getblock = getblock
-
-
-def _knob_settings() -> dict[str, dict[str, Any]]:
-    """Triton's knobs as code has set them: each group's own attributes (an unset knob reads the environment)."""
-    from triton import knobs
-
-    return {name: dict(vars(group)) for name, group in vars(knobs).items() if isinstance(group, knobs.base_knobs)}
 
 
 def _restore_process(environ: dict[str, str], knob_settings: dict[str, dict[str, Any]]) -> str | None:

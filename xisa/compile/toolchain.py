@@ -5,12 +5,15 @@ Importing this module does not import Triton; only `describe_toolchain(full=True
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import subprocess
 from importlib import metadata
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from xisa.analyze.backends import BACKENDS
 from xisa.errors import ToolchainError
@@ -366,6 +369,38 @@ def apply_pinned_env(cache_dir: Path, *, triton_cache: Path | None = None, knobs
     # Triton's cache keys on a kernel's starting line, not its path: a shared cache could hand us
     # another checkout's asm. Keep ours apart.
     os.environ["TRITON_CACHE_DIR"] = str(triton_cache or cache_dir / TRITON_CACHE_FOLDER)
+
+
+def knob_settings() -> dict[str, dict[str, Any]]:
+    """Triton's knobs as code has set them: each group's own attributes (an unset knob reads the environment)."""
+    from triton import knobs
+
+    return {name: dict(vars(group)) for name, group in vars(knobs).items() if isinstance(group, knobs.base_knobs)}
+
+
+@contextlib.contextmanager
+def knobs_restored() -> Iterator[None]:
+    """Triton's knobs set in code, whether they follow the environment, and the environment itself, put back as they
+    were after the block: a heuristic or an autotune pre_hook that sets one while its cell binds compiles that cell
+    as its launch would, and no later cell of the worker inherits it."""
+    from triton import knobs
+
+    groups = {name: group for name, group in vars(knobs).items() if isinstance(group, knobs.base_knobs)}
+    saved, propagate, environ = knob_settings(), getattr(knobs, "propagate_env", None), dict(os.environ)
+    try:
+        yield
+    finally:
+        for name, group in groups.items():
+            settings = vars(group)
+            if settings != saved[name]:
+                settings.clear()
+                settings.update(saved[name])
+        if propagate is not None:
+            knobs.propagate_env = propagate
+        if os.environ != environ:
+            for name in set(os.environ) - set(environ):
+                del os.environ[name]
+            os.environ.update(environ)
 
 
 def triton_version() -> str:
