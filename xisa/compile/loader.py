@@ -278,12 +278,14 @@ def _from_source() -> Iterator[None]:
     from importlib.machinery import SourceFileLoader
 
     saved = sys.dont_write_bytecode
-    get_code = SourceFileLoader.get_code
+    get_code, source_to_code = SourceFileLoader.get_code, SourceFileLoader.source_to_code
     getblock = inspect.getblock
 
     def code_from_source(loader, fullname):
         if is_toolchain_module(fullname):   # keyed as the toolchain, not per cell: imported as usual (a library's
             return get_code(loader, fullname)   # `torch.compiler.disable` imports torch._dynamo, sympy, networkx ...)
+        if type(loader).source_to_code is not source_to_code:   # an import hook's loader that rewrites the source
+            return get_code(loader, fullname)                       # (from what, the store's key cannot tell)
         path = loader.get_filename(fullname)
         return _LOAD_STORE.code(path, loader.get_data(path), loader.source_to_code)
 

@@ -124,11 +124,15 @@ def hook_reads() -> None:
 
     def note_read(event: str, args: tuple) -> None:
         reads = WORKER.reads
-        if event == "open" and reads is not None:
+        if reads is None:
+            return
+        if event == "open":
             path, _, flags = args
             if isinstance(path, (str, bytes, os.PathLike)) and isinstance(flags, int) \
-                    and flags & os.O_ACCMODE == os.O_RDONLY:
+                    and flags & os.O_ACCMODE in (os.O_RDONLY, os.O_RDWR):   # `r+`, a memmap's default: read too   # `r+`, a memmap's default: read too
                 reads.append(os.fsdecode(os.fspath(path)))
+        elif event == "sqlite3.connect" and isinstance(args[0], (str, bytes, os.PathLike)):   # opened in C
+            reads.append(os.fsdecode(os.fspath(args[0])))
 
     sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load or a compile
     WORKER.reads_hooked = True

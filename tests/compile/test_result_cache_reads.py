@@ -1,0 +1,142 @@
+"""What a kernel module's load reads reaches the result cache's key however it is read (red-team findings).
+
+Each test compiles, changes one thing the load reads in a way an earlier version of the key missed, and asserts the
+cached compile is the compile with no cache: a file opened read-write, a SQLite database (opened in C, out of sight
+of Python's `open`), a module compiled by an import hook's loader that rewrites its source from another file, the
+case's recorded heuristics, and the interpreter's `-O`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from support import compile_here, write_files
+
+CELL = "k:c@gfx942"
+SPEC = """name: k
+source: k.py
+function: kern
+targets: [gfx942]
+cases:
+  - name: c
+    args: {x_ptr: '*fp32', y_ptr: '*fp32'}
+    constexprs: {BLOCK: 64}
+"""
+KERNEL = """import triton
+import triton.language as tl
+{reads}
+SCALE = tl.constexpr(S)
+
+
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.load(x_ptr + r) * SCALE)
+"""
+
+
+def _project(root: Path, reads: str, extra: dict[str, str] | None = None, pyproject: str = "") -> Path:
+    return write_files(root, {"pyproject.toml": f'[tool.xisa]\nspecs = ["kernels"]\n{pyproject}',
+                              "kernels/k.yaml": SPEC, "kernels/k.py": KERNEL.format(reads=reads), **(extra or {})})
+
+
+def _cached_is_cold(tmp_path: Path, root: Path, change) -> None:
+    cache = tmp_path / "cache"
+    first = compile_here(root, cache)[CELL]
+    change()
+    cached = compile_here(root, cache)[CELL]
+    cold = compile_here(root, tmp_path / "cold", use_cache=False)[CELL]
+    assert cold.analysis.code_sha256 != first.analysis.code_sha256   # the change changes the code
+    assert not cached.cached and cached.analysis.code_sha256 == cold.analysis.code_sha256
+
+
+def test_a_file_the_load_opens_read_write_is_a_dependency(tmp_path):
+    reads = "import os\nwith open(os.path.join(os.path.dirname(__file__), 'scale.txt'), 'r+') as f:\n    S = float(f.read())\n"
+    root = _project(tmp_path / "proj", reads, {"kernels/scale.txt": "2.0"})
+    _cached_is_cold(tmp_path, root, lambda: (root / "kernels" / "scale.txt").write_text("3.0"))
+
+
+def test_a_sqlite_database_the_load_reads_is_a_dependency(tmp_path):
+    import sqlite3
+
+    reads = ("import os, sqlite3\n_db = sqlite3.connect(os.path.join(os.path.dirname(__file__), 't.db'))\n"
+             "S = _db.execute('select s from t').fetchone()[0]\n_db.close()\n")
+    root = _project(tmp_path / "proj", reads)
+
+    def scale(value: float) -> None:
+        with sqlite3.connect(root / "kernels" / "t.db") as db:
+            db.execute("create table if not exists t (s real)")
+            db.execute("delete from t")
+            db.execute("insert into t values (?)", (value,))
+        db.close()
+
+    scale(2.0)
+    _cached_is_cold(tmp_path, root, lambda: scale(3.0))
+
+
+HOOK = """import contextlib, importlib.util, os, sys
+from importlib.machinery import SourceFileLoader
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class TemplateLoader(SourceFileLoader):
+    def source_to_code(self, data, path, *, _optimize=-1):
+        with open(os.path.join(HERE, "scale.txt"), "rb") as f:
+            data = data.replace(b"@S@", f.read().strip())
+        return super().source_to_code(data, path)
+
+
+class Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name == "consts":
+            p = os.path.join(HERE, "kernels", "consts.py")
+            return importlib.util.spec_from_file_location(name, p, loader=TemplateLoader(name, p))
+        return None
+
+
+@contextlib.contextmanager
+def xisa_import_hook(target):
+    finder = Finder()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+"""
+
+
+def test_a_module_an_import_hooks_loader_rewrites_is_compiled_from_what_it_rewrites_now(tmp_path):
+    """The load store keys a code object by the source bytes: a loader of an import hook that makes the code from
+    those bytes and another file must compile it itself."""
+    root = _project(tmp_path / "proj", "from consts import S\n",
+                    {"hook.py": HOOK, "scale.txt": "2.0", "kernels/consts.py": "S = @S@\n"},
+                    pyproject='import_hooks = ["hook.py"]\n')
+    _cached_is_cold(tmp_path, root, lambda: (root / "scale.txt").write_text("3.0"))
+
+
+def test_the_case_s_recorded_heuristics_are_in_the_key(tmp_path):
+    from xisa.api import Selection, open_workspace
+    from xisa.compile.cache import cell_key
+
+    root = _project(tmp_path / "proj", "S = 2.0\n")
+    ws = open_workspace(cwd=root)
+    _, cells = Selection().cells(ws)
+    cell = cells[0]
+    other = type(cell)(**{**vars(cell), "heuristics": {"SCALE": 5}})
+    roots = tuple(ws.project.kernel_roots)
+    assert cell_key(cell, roots) != cell_key(other, roots)
+
+
+def test_the_interpreter_s_optimization_level_is_in_the_key(tmp_path):
+    """`python -O` drops asserts and sets `__debug__` false: a module that reads it compiles otherwise."""
+    root = _project(tmp_path / "proj", "S = 2.0 if __debug__ else 3.0\n")
+    script = ("import sys; from xisa.api import Selection, open_workspace; from xisa.compile.cache import cell_key\n"
+              "from pathlib import Path\n"
+              f"ws = open_workspace(cwd=Path({str(root)!r})); cells = Selection().cells(ws)[1]\n"
+              "print(cell_key(cells[0], tuple(ws.project.kernel_roots)))\n")
+    keys = [subprocess.run([sys.executable, *flags, "-c", script], capture_output=True, text=True, check=True,
+                           cwd=root).stdout for flags in ([], ["-O"])]
+    assert keys[0].strip() and keys[0] != keys[1]
