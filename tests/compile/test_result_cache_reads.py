@@ -8,6 +8,7 @@ case's recorded heuristics, and the interpreter's `-O`.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,49 @@ def test_the_interpreter_s_optimization_level_is_in_the_key(tmp_path):
     keys = [subprocess.run([sys.executable, *flags, "-c", script], capture_output=True, text=True, check=True,
                            cwd=root).stdout for flags in ([], ["-O"])]
     assert keys[0].strip() and keys[0] != keys[1]
+
+
+HEURISTIC_KERNEL = """import triton
+import triton.language as tl
+{imports}
+
+
+def _scale(args):
+    {read}
+
+
+@triton.heuristics({{"S": _scale}})
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr, S: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.load(x_ptr + r) * S)
+"""
+
+
+def test_a_variable_a_heuristic_reads_while_the_cell_binds_is_a_dependency(tmp_path, monkeypatch):
+    monkeypatch.delenv("MYLIB_SCALE", raising=False)
+    kernel = HEURISTIC_KERNEL.format(imports="import os", read='return float(os.environ.get("MYLIB_SCALE", "2"))')
+    root = _project(tmp_path / "proj", "", {"kernels/k.py": kernel})
+    _cached_is_cold(tmp_path, root, lambda: monkeypatch.setenv("MYLIB_SCALE", "3"))
+
+
+def test_a_module_a_heuristic_imports_is_compiled_from_its_source_not_its_bytecode(tmp_path):
+    """A heuristic's lazy import runs after the load: with a __pycache__ entry beside it (trusted by mtime and size),
+    the source itself must be what is read, so that it is in the depfile."""
+    import importlib.util
+    import py_compile
+
+    kernel = HEURISTIC_KERNEL.format(imports="", read="from fakelib.lazyconsts import S\n    return S")
+    root = _project(tmp_path / "proj", "", {"src/fakelib/__init__.py": "", "src/fakelib/k.py": kernel,
+                                            "src/fakelib/lazyconsts.py": "S = 2.0\n",
+                                            "kernels/k.yaml": SPEC.replace("source: k.py", "module: fakelib.k")},
+                    pyproject='pythonpath = ["src"]\n')
+    consts = root / "src" / "fakelib" / "lazyconsts.py"
+    py_compile.compile(str(consts), cfile=importlib.util.cache_from_source(str(consts)))
+
+    def edit() -> None:   # the same size, and the bytecode left as it was
+        stat = consts.stat()
+        consts.write_text("S = 3.0\n")
+        os.utime(consts, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    _cached_is_cold(tmp_path, root, edit)

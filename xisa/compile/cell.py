@@ -14,10 +14,10 @@ from xisa.analyze import lines
 from xisa.analyze.model import Analysis
 from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell
-from xisa.compile.loader import load_kernel_function
+from xisa.compile.loader import from_source, load_kernel_function
 from xisa.compile.ptxas import canonical_ptxas, ptx_file_paths
 from xisa.compile.backend_store import BackendHit, BackendStore, backend_reuse
-from xisa.compile.reads import compiling, reused_compile_reads
+from xisa.compile.reads import compiling, reused_compile_reads, variables_read_binding
 from xisa.compile.standins import plain
 from xisa.compile.disassemble import kept_stages, machine_code
 from xisa.compile.result import CellResult
@@ -50,8 +50,11 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: Ba
     sources = SourceFiles(roots, cell.kernel.pythonpath)   # ptxas's file names, the store key's and the table's
     try:
         fn = load_kernel_function(cell.kernel, roots=roots, target=cell.target)
-        with compiling(cell.kernel, cell.target):   # what the compile reads is a dependency as well
-            bound = bind_cell(cell, fn)
+        # What the compile reads is a dependency as well; a module a heuristic imports now is compiled from its
+        # source, as a load's are (a __pycache__ entry would be read in its place, and not be in the depfile).
+        with compiling(cell.kernel, cell.target), from_source():
+            with variables_read_binding():
+                bound = bind_cell(cell, fn)
             result.binding = bound.signature_record()
             result.options = bound.options_record()
             with backend_reuse(store, cell, bound, sources.path_of, lookup=lookup) as reuse:

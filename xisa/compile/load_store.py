@@ -1,7 +1,7 @@
 """What loading a kernel module costs that is a function of source text alone, kept across runs (issue 24, item 1).
 
 A library whose `__init__` imports every op (fla: ~250 modules, ~340 kernels) is loaded whole by a worker's first
-load after any edit in it: every module is compiled from its source (`loader._from_source` never trusts a
+load after any edit in it: every module is compiled from its source (`loader.from_source` never trusts a
 __pycache__ entry, whose check is an mtime and a size) and every `@triton.jit` asks `inspect.getsourcelines`, which
 tokenizes its function. Both answers depend on the text they are given and on the interpreter alone, so they are
 kept here by the SHA-256 of exactly that: a module's code object by its path (the code's `co_filename`), its source

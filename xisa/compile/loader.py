@@ -170,7 +170,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
     after_top: set[str] = set()   # the package's modules once the import that imported the kernel's ended
     WORKER.reads, WORKER.env_reads = reads, variables = [], set()
     try:
-        with watched_environment(), _from_source(), target_driver(target) as driver, \
+        with watched_environment(), from_source(), target_driver(target) as driver, \
                 contextlib.ExitStack() as hooks:
             sys.path[:0] = [str(folder) for folder in spec.pythonpath]   # [tool.xisa] pythonpath, ahead of the rest
             for hook in spec.import_hooks:
@@ -270,7 +270,7 @@ def keep_loads_in(cache_dir: Path | None, *, lookup: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def _from_source() -> Iterator[None]:
+def from_source() -> Iterator[None]:
     """Compile the modules a load imports from source (the toolchain's aside) and write no bytecode; a text compiled
     before is not compiled again, nor a function's source block found again (`WORKER.load_store`: each @triton.jit
     decorator asks `inspect.getsourcelines`, which tokenizes its function: 70% of loading fla, ~340 kernels)."""

@@ -117,6 +117,27 @@ def watched_environment() -> Iterator[None]:
         os.environ = real
 
 
+@contextlib.contextmanager
+def variables_read_binding() -> Iterator[None]:
+    """The variables a heuristic or an autotune pre_hook reads while the compile under way binds its cell
+    (`os.environ.get("MY_BLOCK")` at launch), as the load's are: each one's value then is in the depfile."""
+    from xisa.compile.toolchain import toolchain_variable
+
+    under_way = WORKER.compiling
+    if under_way is None:
+        yield
+        return
+    before, saved, names = dict(os.environ), WORKER.env_reads, set()
+    WORKER.env_reads = names
+    try:
+        with watched_environment():
+            yield
+    finally:
+        WORKER.env_reads = saved
+        under_way.loaded.compile_reads.update({ENVIRONMENT_ENTRY + name: value_digest(before.get(name))
+                                               for name in sorted(names) if not toolchain_variable(name)})
+
+
 def hook_reads() -> None:
     """Install the audit hook that appends each file opened for reading to `WORKER.reads` (once per process)."""
     if WORKER.reads_hooked:
@@ -129,7 +150,7 @@ def hook_reads() -> None:
         if event == "open":
             path, _, flags = args
             if isinstance(path, (str, bytes, os.PathLike)) and isinstance(flags, int) \
-                    and flags & os.O_ACCMODE in (os.O_RDONLY, os.O_RDWR):   # `r+`, a memmap's default: read too   # `r+`, a memmap's default: read too
+                    and flags & os.O_ACCMODE in (os.O_RDONLY, os.O_RDWR):   # `r+`, a memmap's default: read too
                 reads.append(os.fsdecode(os.fspath(path)))
         elif event == "sqlite3.connect" and isinstance(args[0], (str, bytes, os.PathLike)):   # opened in C
             reads.append(os.fsdecode(os.fspath(args[0])))
