@@ -187,3 +187,10 @@ def test_a_module_a_heuristic_imports_is_compiled_from_its_source_not_its_byteco
         os.utime(consts, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
     _cached_is_cold(tmp_path, root, edit)
+
+
+def test_a_file_the_load_looked_for_and_did_not_find_is_a_dependency_once_it_appears(tmp_path):
+    reads = ("import json, os\ntry:\n    with open(os.path.join(os.path.dirname(__file__), 'tune.json')) as f:\n"
+             "        S = json.load(f)['s']\nexcept FileNotFoundError:\n    S = 2.0\n")
+    root = _project(tmp_path / "proj", reads)
+    _cached_is_cold(tmp_path, root, lambda: (root / "kernels" / "tune.json").write_text('{"s": 3.0}'))

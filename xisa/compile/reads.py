@@ -281,6 +281,8 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
             continue
         if os.path.isfile(path):
             files[os.path.abspath(path)] = file_sha256(path)
+        elif _may_appear(path):   # asked for and missing (an optional config file): one appearing is a change
+            files.setdefault(os.path.abspath(path), None)
     for name, module in added.items():
         in_kernel_package = kernel_package is not None and name.partition(".")[0] == kernel_package
         if not (is_project_module(name, module) or in_kernel_package):
@@ -296,6 +298,18 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
             for folder in list(namespace.get("__path__") or []):
                 files[os.path.join(os.path.abspath(folder), "__init__.py")] = None
     return dict(sorted(files.items()))
+
+
+def _may_appear(path: str) -> bool:
+    """A missing file the project could add: not the interpreter's, a temporary file, xisa's or a compile's own."""
+    import tempfile
+
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    if os.path.exists(path) or not os.path.isdir(folder) or folder == os.path.abspath(tempfile.gettempdir()):
+        return False   # a temporary file made and removed (one in a temporary folder: the folder is gone too)
+    interpreter = {os.path.join(os.path.abspath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return not path.startswith((*interpreter, *WORKER.output_folders, _XISA_FOLDER))
 
 
 def file_sha256(path: str) -> str | None:

@@ -146,7 +146,8 @@ def prepare_worker_toolchain() -> None:
         refresh()
     _reimport_backend_compilers()
     knobs.cache.manager_class = triton_cache_class(_TRITON_FALLBACK)
-    ignore_reads_under(os.environ.get("TRITON_CACHE_DIR", ""), _TRITON_FALLBACK)   # a compile's own output
+    # a compile's own output, and xisa's cache entries (what they answer for is checked by their own keys)
+    ignore_reads_under(os.environ.get("TRITON_CACHE_DIR", ""), _TRITON_FALLBACK, str(_CACHE_DIR or ""))
     # A folder of this worker's own in the run's Triton cache, emptied after each cell: it holds one cell's stages
     # at a time, however many cells the run compiles (what outlives the cell is in the back-end store).
     os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ.get("TRITON_CACHE_DIR", _TRITON_FALLBACK),
