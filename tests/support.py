@@ -227,3 +227,4 @@ RECORD_MUTATIONS = {
     "a resource not compared before (wavefront_size)": with_analysis(RECORD_BASE, resources={"vgprs": 4, "lds_bytes": 0,
                                                                                  "wavefront_size": 64}),
 }
+

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from support import compile_here, write_files
+from support import compile_here, one_case_spec, write_files
 
 CELL = "op:c@gfx942"
 KERNEL = """import triton
@@ -28,15 +28,7 @@ def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + r)
     tl.store(y_ptr + r, {body})
 """
-SPEC = """name: op
-module: fakelib.op
-function: kern
-targets: [gfx942]
-cases:
-  - name: c
-    args: {x_ptr: '*fp32', y_ptr: '*fp32'}
-    constexprs: {BLOCK: 64}
-"""
+SPEC = one_case_spec("op", "module: fakelib.op")
 
 
 def _project(root: Path, *, cfg: str, body: str, helpers: str = "", imports: str = "", init: str = "") -> Path:

@@ -13,18 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import compile_here, write_files
+from support import compile_here, one_case_spec, write_files
 
 CELL = "k:c@gfx942"
-SPEC = """name: k
-source: k.py
-function: kern
-targets: [gfx942]
-cases:
-  - name: c
-    args: {x_ptr: '*fp32', y_ptr: '*fp32'}
-    constexprs: {BLOCK: 64}
-"""
+SPEC = one_case_spec("k", "source: k.py")
 KERNEL = """import triton
 import triton.language as tl
 {reads}
