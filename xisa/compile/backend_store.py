@@ -141,7 +141,8 @@ class BackendReuse:
         for path in sorted(set(_LOCATION_FILE.findall(ttir))):
             for name in (path, os.path.dirname(path)):   # ptxas gets the folder apart (`DW_AT_comp_dir`)
                 shown[name] = self.path_of(name)
-        payload = {**self.context, "knobs": code_knobs(), "ttir": ttir, "shown_paths": shown}   # as the back end has them
+        # the knobs as the back end will have them (a constexpr function may set one while the front end traces)
+        payload = {**self.context, "knobs": code_knobs(), "ttir": ttir, "shown_paths": shown}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
     def back_end_reads(self) -> dict[str, str | None]:

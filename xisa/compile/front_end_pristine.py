@@ -38,10 +38,11 @@ class _Held:
         self.classes = [(klass, HeldObjects(_own(klass))) for name, module in self.modules
                         for klass in list(vars(module).values())
                         if isinstance(klass, type) and klass.__module__ == name]
-        spaces = [(name, vars(module)) for name, module in self.modules if name != _JIT] + \
-            [(klass.__module__, vars(klass)) for klass, _ in self.classes if klass.__module__ != _JIT]
-        self.containers = [(value, _contents(value)) for _, space in spaces for key, value in list(space.items())
-                           if type(value) in _CONTAINERS and key != "__builtins__" and value is not sys.modules]   # Python's own
+        spaces = [vars(module) for name, module in self.modules if name != _JIT] + \
+            [vars(klass) for klass, _ in self.classes if klass.__module__ != _JIT]
+        # Python's own dicts are not Triton's: a module's `__builtins__`, and `sys.modules` where a module keeps it
+        self.containers = [(value, _contents(value)) for space in spaces for key, value in list(space.items())
+                           if type(value) in _CONTAINERS and key != "__builtins__" and value is not sys.modules]
         self.functions = [function for name, module in self.modules for value in list(vars(module).values())
                           for function in _functions_of(value, name)]
         self.code = [(f.__code__, f.__defaults__, f.__kwdefaults__) for f in self.functions]
