@@ -9,6 +9,8 @@ skip happens at all, so the others are not green by never skipping.
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -188,6 +190,17 @@ def test_the_front_end_check_sees_a_patch_made_after_it_vouched(monkeypatch):
         generator.visit_Pass.__code__ = original
     assert _front_end_is_tritons()
     monkeypatch.setattr(code_generator, "project_helper", _project_visit, raising=False)
+    assert not _front_end_is_tritons()
+    monkeypatch.undo()
+    assert _front_end_is_tritons()
+    # a held module replaced under its name (same names, another object), and a module added under the packages
+    stand_in = types.ModuleType(code_generator.__name__)
+    stand_in.__dict__.update(vars(code_generator))
+    monkeypatch.setitem(sys.modules, code_generator.__name__, stand_in)
+    assert not _front_end_is_tritons()
+    monkeypatch.undo()
+    assert _front_end_is_tritons()
+    monkeypatch.setitem(sys.modules, "triton.language.project_extra", types.ModuleType("triton.language.project_extra"))
     assert not _front_end_is_tritons()
 
 

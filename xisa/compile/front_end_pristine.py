@@ -16,6 +16,8 @@ never vouches. A module of those packages imported after the look, or one gone, 
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import sys
 import types
@@ -27,6 +29,9 @@ _PACKAGES = ("triton.language", "triton.compiler", "triton._C")   # _C: the IR b
                                                                   # could swap (`ir.builder.create_fadd = ...`)
 _JIT = "triton.runtime.jit"   # its registries fill as kernels load: its own containers are not held
 _CONTAINERS = (dict, list, set)
+_EXACT = frozenset((*_PACKAGES, _JIT))
+_SUBMODULES = tuple(package + "." for package in _PACKAGES)
+_CODE = operator.attrgetter("__code__", "__defaults__", "__kwdefaults__")
 
 
 class _Held:
@@ -45,17 +50,19 @@ class _Held:
                            if type(value) in _CONTAINERS and key != "__builtins__" and value is not sys.modules]
         self.functions = [function for name, module in self.modules for value in list(vars(module).values())
                           for function in _functions_of(value, name)]
-        self.code = [(f.__code__, f.__defaults__, f.__kwdefaults__) for f in self.functions]
+        self.code = _code_of(self.functions)
 
     def still(self) -> bool:
-        """Everything held is as it was."""
-        if [name for name, _ in _front_end_modules()] != [name for name, _ in self.modules]:
+        """Everything held is as it was (asked once a cell: the walks over many items run at C speed)."""
+        modules = _front_end_modules()
+        if len(modules) != len(self.modules) or \
+                not all(name == held_name and module is held_module
+                        for (name, module), (held_name, held_module) in zip(modules, self.modules)):
             return False
         return all(held.same_as(vars(module)) for held, (_, module) in zip(self.namespaces, self.modules)) and \
             all(held.same_as(vars(klass)) or held.same_as(_own(klass)) for klass, held in self.classes) and \
             all(_contents(value) == contents for value, contents in self.containers) and \
-            all(f.__code__ is code and f.__defaults__ is defaults and f.__kwdefaults__ is kwdefaults
-                for f, (code, defaults, kwdefaults) in zip(self.functions, self.code))
+            all(map(operator.is_, _code_of(self.functions), self.code))
 
 
 _PRISTINE: list = []   # [_Held] once looked at, [None] when that look found a function that is not Triton's
@@ -81,7 +88,7 @@ def front_end_is_pristine() -> bool:
 
 def in_held_front_end(module_name: str) -> bool:
     """A module whose namespace `front_end_is_pristine` holds (a JIT function of it is Triton's, as it was)."""
-    return module_name == _JIT or any(module_name == p or module_name.startswith(p + ".") for p in _PACKAGES)
+    return module_name in _EXACT or module_name.startswith(_SUBMODULES)
 
 
 def held_object(value: Any) -> bool:
@@ -104,8 +111,16 @@ _MISSING = object()
 
 
 def _front_end_modules() -> list[tuple[str, Any]]:
-    return sorted((name, module) for name, module in list(sys.modules.items())
-                  if isinstance(module, types.ModuleType) and in_held_front_end(name))
+    modules = sys.modules
+    # names first, at C speed: sys.modules holds thousands once torch is in, these packages a hundred
+    names = sorted(name for name in list(modules) if type(name) is str and
+                   (name in _EXACT or name.startswith(_SUBMODULES)))
+    return [(name, module) for name in names if isinstance(module := modules.get(name), types.ModuleType)]
+
+
+def _code_of(functions: list) -> list:
+    """Each function's code, defaults and keyword defaults, in one flat list (compared item by item by identity)."""
+    return list(itertools.chain.from_iterable(map(_CODE, functions)))
 
 
 def _own(klass: type) -> dict:
