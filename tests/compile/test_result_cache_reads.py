@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from support import compile_here, one_case_spec, write_files
 
 CELL = "k:c@gfx942"
@@ -186,3 +188,21 @@ def test_a_file_the_load_looked_for_and_did_not_find_is_a_dependency_once_it_app
              "        S = json.load(f)['s']\nexcept FileNotFoundError:\n    S = 2.0\n")
     root = _project(tmp_path / "proj", reads)
     _cached_is_cold(tmp_path, root, lambda: (root / "kernels" / "tune.json").write_text('{"s": 3.0}'))
+
+
+def test_a_helper_module_appearing_earlier_on_the_path_is_a_dependency(tmp_path):
+    """A top-level helper the kernel imports (`from helper import S`, served from the project's second pythonpath
+    folder): a `helper.py` added to the first folder is what the import finds now."""
+    root = _project(tmp_path / "proj", "from helper import S", {"B/helper.py": "S = 2.0\n", "A/.keep": ""},
+                    pyproject='pythonpath = ["A", "B"]\n')
+    _cached_is_cold(tmp_path, root, lambda: (root / "A" / "helper.py").write_text("S = 3.0\n"))
+
+
+@pytest.mark.parametrize("read", ['os.environ.copy().get("MYLIB_SCALE", "2")',
+                                  '(os.environ | {}).get("MYLIB_SCALE", "2")',
+                                  'os.environb.get(b"MYLIB_SCALE", b"2").decode()',
+                                  'os.getenvb(b"MYLIB_SCALE", b"2").decode()'])
+def test_a_variable_the_load_reads_through_a_copy_or_in_bytes_is_a_dependency(tmp_path, monkeypatch, read):
+    monkeypatch.delenv("MYLIB_SCALE", raising=False)
+    root = _project(tmp_path / "proj", f"import os\nS = float({read})")
+    _cached_is_cold(tmp_path, root, lambda: monkeypatch.setenv("MYLIB_SCALE", "3"))

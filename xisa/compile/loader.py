@@ -21,7 +21,7 @@ from typing import Any
 from xisa.compile.installed import is_toolchain_module
 from xisa.compile.load_store import LoadStore
 from xisa.compile.reads import (ENVIRONMENT_ENTRY, ENVIRONMENT_PACKAGES, dependency_files, file_sha256, hook_reads,
-                                is_project_module, package_folders, value_digest, watched_environment)
+                                is_project_module, package_folders, variable_digest, watched_environment)
 from xisa.compile.state import PREFIX_MARK, WORKER, LoadedModule
 from xisa.compile.target_driver import LoadTargetDriver, target_driver
 from xisa.compile.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, knob_settings, toolchain_variable
@@ -183,7 +183,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
         dependencies.update({str(hook): file_sha256(str(hook)) for hook in spec.import_hooks})
         # A variable's value as the load found it: one the load sets itself (torch's inductor sets
         # TORCHINDUCTOR_CACHE_DIR when imported) is absent again when the next process starts its load.
-        dependencies.update({ENVIRONMENT_ENTRY + name: value_digest(saved_environ.get(name))
+        dependencies.update({ENVIRONMENT_ENTRY + name: variable_digest(name, saved_environ)
                              for name in sorted(variables) if not toolchain_variable(name)})
     finally:
         WORKER.reads, WORKER.env_reads = None, None

@@ -28,11 +28,26 @@ _XISA_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 ENVIRONMENT_ENTRY = "$"
 
 
+# `$*`: the whole environment, for a load that listed or copied it (what it found there is unknown; any variable
+# added, changed or removed can change it), less the variables the cache key covers already.
+WHOLE_ENVIRONMENT = "*"
+
+
 def dependency_digest(name: str) -> str | None:
     """A depfile entry's SHA-256 now: a file's bytes, or a `$NAME` variable's value; None when absent."""
     if name.startswith(ENVIRONMENT_ENTRY):
-        return value_digest(os.environ.get(name[len(ENVIRONMENT_ENTRY):]))
+        return variable_digest(name[len(ENVIRONMENT_ENTRY):], os.environ)
     return file_sha256(name)
+
+
+def variable_digest(name: str, environ) -> str | None:
+    """A variable's value in `environ` as a depfile records it; `*`: every variable the key does not cover."""
+    if name != WHOLE_ENVIRONMENT:
+        return value_digest(environ.get(name))
+    from xisa.compile.toolchain import toolchain_variable
+
+    return value_digest(json.dumps(sorted((key, value) for key, value in dict(environ).items()
+                                          if not toolchain_variable(key))))
 
 
 def value_digest(value: str | None) -> str | None:
@@ -81,11 +96,14 @@ class _WatchedEnvironment(MutableMapping):
     from `os.environ.get("BLOCK")` depends on it). A module that kept it keeps a working os.environ."""
 
     def __init__(self, environ):
-        self._environ = environ
+        self._environ = environ   # os.environ, or os.environb (bytes names: noted as their str)
+
+    def _note(self, names) -> None:
+        if WORKER.env_reads is not None:
+            WORKER.env_reads.update(os.fsdecode(name) for name in names if isinstance(name, (str, bytes)))
 
     def __getitem__(self, name):
-        if WORKER.env_reads is not None and isinstance(name, str):
-            WORKER.env_reads.add(name)
+        self._note((name,))
         return self._environ[name]
 
     def __setitem__(self, name, value):
@@ -94,27 +112,36 @@ class _WatchedEnvironment(MutableMapping):
     def __delitem__(self, name):
         del self._environ[name]
 
+    # Listing, counting or copying the variables reads the whole environment (a variable set later is seen then).
     def __iter__(self):
+        self._note((WHOLE_ENVIRONMENT,))
         return iter(self._environ)
 
     def __len__(self):
+        self._note((WHOLE_ENVIRONMENT,))
         return len(self._environ)
 
-    def copy(self) -> dict[str, str]:
+    def copy(self) -> dict:
+        self._note((WHOLE_ENVIRONMENT,))
         return self._environ.copy()
 
     def __or__(self, other):
+        self._note((WHOLE_ENVIRONMENT,))
         return self._environ | other
 
 
 @contextlib.contextmanager
 def watched_environment() -> Iterator[None]:
-    real = os.environ
+    real, real_bytes = os.environ, getattr(os, "environb", None)
     os.environ = _WatchedEnvironment(real)   # os.getenv reads the module's `environ` too
+    if real_bytes is not None:
+        os.environb = _WatchedEnvironment(real_bytes)   # and os.getenvb its `environb`
     try:
         yield
     finally:
         os.environ = real
+        if real_bytes is not None:
+            os.environb = real_bytes
 
 
 @contextlib.contextmanager
@@ -134,7 +161,7 @@ def variables_read_binding() -> Iterator[None]:
             yield
     finally:
         WORKER.env_reads = saved
-        under_way.loaded.compile_reads.update({ENVIRONMENT_ENTRY + name: value_digest(before.get(name))
+        under_way.loaded.compile_reads.update({ENVIRONMENT_ENTRY + name: variable_digest(name, before)
                                                for name in sorted(names) if not toolchain_variable(name)})
 
 
@@ -270,8 +297,8 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
                       package_folders: tuple[str, ...] = ()) -> dict[str, str | None]:
     """The project files a load read and the files of the project modules it added, with their SHA-256
     (a namespace package's missing __init__.py as None: one appearing would change what the import runs).
-    The kernel's own package (`kernel_package`, in `package_folders`) counts wholly, even when installed:
-    its modules, the files read in its folders, and the files that would shadow its modules (as None).
+    The kernel's own package (`kernel_package`, in `package_folders`) counts wholly, even when installed: its
+    modules and the files read in its folders. The files that would shadow a counted module are in too (as None).
     Bytecode caches are left out: they follow their sources (a load never reads them, see the loader's from_source)."""
     files: dict[str, str | None] = {}
     for path in reads:
@@ -287,7 +314,7 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
         in_kernel_package = kernel_package is not None and name.partition(".")[0] == kernel_package
         if not (is_project_module(name, module) or in_kernel_package):
             continue
-        if in_kernel_package and isinstance(module, types.ModuleType):
+        if isinstance(module, types.ModuleType):   # a project helper can be shadowed as the kernel's package can
             for path, digest in shadowing_files(name, module).items():
                 files.setdefault(path, digest)
         namespace = vars(module)
