@@ -210,3 +210,19 @@ def test_the_session_gives_the_environment_and_triton_knobs_back(tinyproj, tmp_p
 
     probe = json.loads((tinyproj / "probe.json").read_text())
     assert probe == {"env": [], "knobs": []}
+
+
+@pytest.mark.slow
+def test_a_session_ends_with_its_cache_within_the_limit(tinyproj, tmp_path):
+    """The cells' review material (streams, source lines, parsed goldens) is written after the compile's trim: the
+    session trims again as it finishes, as every xisa command does."""
+    from xisa.compile.cache_limit import cache_info
+
+    with (tinyproj / "pyproject.toml").open("a") as handle:
+        handle.write('cache_size = "4KB"\n')
+    cache = tmp_path / "cache"
+    for args in (("--xisa-update",), ()):
+        session = _pytest(tinyproj, cache, "--xisa", *args, "kernels")
+        assert session.returncode == 0 and "8 passed" in session.stdout, session.stdout[-2000:] + session.stderr
+        assert (cache / "review").is_dir()
+        assert cache_info(cache, 4 * 1024).size <= 4 * 1024, args

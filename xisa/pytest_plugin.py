@@ -263,6 +263,8 @@ def _unused_goldens(config: pytest.Config) -> list:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    if config.getoption("xisa", default=False) and _SELECTION_KEY in config.stash:
+        config.stash[_SELECTION_KEY][1].keep_cache_bounded()   # this process's review writes: the limit holds
     if (not config.getoption("xisa", default=False) or _is_xdist_worker(config) or config.option.collectonly
             or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)):
         return

@@ -173,3 +173,23 @@ def test_the_review_store_counts_towards_the_limit_and_a_reviewed_stream_is_a_us
     left = [digest for digest in streams if review.stream(digest) is not None]
     assert removed > 0 and streams[0] in left and streams[1] not in left
     assert not any(EntryStore(cache / "results").path(key).exists() for key in keys)   # the oldest went first
+
+
+@pytest.mark.parametrize("commands", [[("bless",), ("check", "--no-cache")], [("bless",), ("report", "--html", "r.html")]])
+def test_a_command_ends_with_its_cache_within_the_limit_review_writes_included(run_xisa, tmp_path, commands):
+    """The review store's streams, lines and parsed goldens are written after the compile's own trim (by the
+    verdicts, by bless): the command trims again at its end, so no command leaves the cache over its limit."""
+    root = write_files(tmp_path / "proj", {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\ncache_size = "4KB"\n', "kernels/k.py": KERNEL,
+        "kernels/k.yaml": one_case_spec("k", "source: k.py", "gfx942, gfx1100, sm_90")})
+    cache = tmp_path / "cache"
+    env = {"XISA_CACHE_DIR": str(cache)}
+    for command in commands:
+        done = run_xisa(*command, cwd=root, env=env)
+        assert done.code in (0, 1), done.err
+        info = cache_info(cache, 4 * 1024)
+        assert info.size <= 4 * 1024, f"{command}: {info.size} bytes in the cache, over its limit"
+        assert (cache / "review").is_dir()      # there was review material to trim
+    assert run_xisa("bless", cwd=root, env=env).code == 0
+    again = run_xisa("check", cwd=root, env=env)   # what eviction left answers right
+    assert again.code == 0 and "byte-identical" in again.out, again.out + again.err

@@ -11,6 +11,7 @@ from typing import Any
 from xisa.api.run import Progress, compile_cells, no_progress
 from xisa.api.selection import Selection
 from xisa.api.side import SideProcess
+from xisa.api.workspace import keeps_cache_bounded
 from xisa.compile.result import CellResult
 from xisa.compile.runner import RunOptions
 from xisa.compile.toolchain import check_knobs_read
@@ -29,6 +30,7 @@ class AbOutcome:
     exit_code: int
 
 
+@keeps_cache_bounded
 def ab(selection: Selection, *, a, b, options: RunOptions = RunOptions(), progress: Progress = no_progress
        ) -> AbOutcome:
     """`xisa ab`: the selection compiled as side A and as side B (`xisa.golden.ab.Side`: this Python, another

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from xisa.api.run import Progress, Run, compile_selection, no_progress
 from xisa.api.selection import Selection
-from xisa.api.workspace import Workspace
+from xisa.api.workspace import Workspace, keeps_cache_bounded
 from xisa.compile.runner import RunOptions
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED
 from xisa.golden.bless import BlessOutcome, bless as write_goldens
@@ -50,6 +50,7 @@ def bless_run(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, lock
                          lock_timeout=lock_timeout, record_stages=record_stages)
 
 
+@keeps_cache_bounded
 def bless(selection: Selection, *, options: RunOptions = RunOptions(), lock_timeout: float = 30.0,
           progress: Progress = no_progress, record_stages: bool = False) -> BlessResult:
     """`xisa bless`: accept the current compile as the goldens of the selection (refused when CI is set).

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xisa.api.workspace import keeps_cache_bounded
 from xisa.capture_site._xisa_capture_hook import (ANSWER_AS_VARIABLE, CONFIG_POLICIES, NO_RUN_VARIABLE, POLICY_VARIABLE,
                                                   RECORDS_VARIABLE, TARGET_DIRS_VARIABLE)
 from xisa.errors import UsageError
@@ -38,6 +39,7 @@ class CaptureOutcome:
 CAPTURE_SITE = Path(__file__).resolve().parent.parent / "capture_site"   # the hook: a sitecustomize on PYTHONPATH
 
 
+@keeps_cache_bounded
 def capture(command: list[str], *, out: Path = Path("captured"), spec_names: list[str] | None = None,
             cwd: Path | None = None, check: bool = True, targets: list[str] | None = None,
             progress=None, no_run: bool = False, config_policy: str | None = None,

@@ -10,7 +10,7 @@ from xisa.api.gate import gate
 from xisa.api.judging import CheckOutcome, judge, outcome
 from xisa.api.run import Progress, Run, compile_selection, no_progress
 from xisa.api.selection import Selection
-from xisa.api.workspace import Workspace, validate_scopes
+from xisa.api.workspace import Workspace, keeps_cache_bounded, validate_scopes
 from xisa.compile.cache import TIMINGS
 from xisa.compile.runner import RunOptions
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, UsageError
@@ -22,6 +22,7 @@ from xisa.spec.shard import parse_shard
 from xisa.spec.targets import Target
 
 
+@keeps_cache_bounded
 def check(selection: Selection, *, base: str | None = None, compile_base: bool = False,
           options: RunOptions = RunOptions(), progress: Progress = no_progress) -> CheckOutcome:
     """`xisa check`: every selected cell against its golden, or with `base` the PR gate (see `gate`)."""
@@ -62,6 +63,7 @@ def refuse_live_timings(selection: Selection, ws: Workspace) -> None:
                          fix=f"copy it first (cp {selection.timings} timings.json) and pass the copy to every shard")
 
 
+@keeps_cache_bounded
 def review(selection: Selection, *, base: str | None = None, options: RunOptions = RunOptions(),
            progress: Progress = no_progress) -> CheckOutcome:
     """`xisa report --html`: without `base`, the check's verdicts and exit code; with it, the selection

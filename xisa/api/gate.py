@@ -10,7 +10,7 @@ from pathlib import Path
 from xisa.api.judging import CheckOutcome, bless_commands
 from xisa.api.run import Progress, compile_cells, compile_selection, no_progress
 from xisa.api.selection import Selection
-from xisa.api.workspace import Workspace, open_workspace, validate_scopes
+from xisa.api.workspace import Workspace, keeps_cache_bounded, open_workspace, validate_scopes
 from xisa.compile.runner import RunOptions
 from xisa.errors import UsageError
 from xisa.golden.store import GoldenSet
@@ -18,6 +18,7 @@ from xisa.spec.cases import Cell
 from xisa.spec.targets import Target
 
 
+@keeps_cache_bounded
 def gate(base: str, selection: Selection, *, compile_base: bool = False, options: RunOptions = RunOptions(),
          progress: Progress = no_progress) -> CheckOutcome:
     """The PR gate (`xisa diff`, `xisa check --base`): this tree against BASE, its goldens (read from git)

@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from xisa.api.selection import Selection
+from xisa.api.workspace import keeps_cache_bounded
 from xisa.compile.runner import RunOptions
 
 
+@keeps_cache_bounded
 def device(selection: Selection, *, options: RunOptions = RunOptions(), emit: Path | None = None, devices=None):
     """`xisa device`: the selection's runtime checks on the GPUs present (a `DeviceReport`)."""
     from xisa.device.detect import detect_devices

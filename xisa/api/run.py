@@ -13,7 +13,7 @@ from typing import ContextManager
 
 from xisa.analyze.expect import Failure, evaluate, judge_launch
 from xisa.api.selection import Selection
-from xisa.api.workspace import Workspace, check_golden_toolchains, open_workspace
+from xisa.api.workspace import Workspace, check_golden_toolchains, keeps_cache_bounded, open_workspace
 from xisa.compile.result import CellResult
 from xisa.compile.runner import RunOptions, run_cells
 from xisa.compile.toolchain import describe_toolchain
@@ -127,6 +127,7 @@ def compile_selection(ws: Workspace, selection: Selection, *, options: RunOption
     return compile_cells(ws, chosen, cells, options=options, progress=progress)
 
 
+@keeps_cache_bounded
 def compile(selection: Selection, *, options: RunOptions, emit: Path | None = None,
             progress: Progress = no_progress) -> Run:
     """`xisa compile`: the selection compiled; with `emit`, every stage of every cell written there."""

@@ -3,13 +3,17 @@ selection names, and what is refused before anything compiles (a bad scope, gold
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import fnmatch
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xisa.analyze.expect import check_against_targets
 from xisa.compile.autotune import count_configs
+from xisa.compile.cache_limit import trim_cache
 from xisa.compile.toolchain import describe_toolchain
 from xisa.errors import SpecError, ToolchainError
 from xisa.golden.material import MaterialStore
@@ -30,10 +34,25 @@ class Workspace:
     # building thousands of cells is a tenth of a warm check.
     _selected: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    @property
+    def __post_init__(self) -> None:
+        opened = _OPENED.get()
+        if opened is not None:
+            opened.append(self)
+
+    @functools.cached_property
     def material(self) -> MaterialStore:
         """Where the streams and source lines of this project's compiles are kept for the review of compact goldens."""
         return MaterialStore.in_cache(self.project.cache_dir)
+
+    def keep_cache_bounded(self) -> None:
+        """After a command that wrote review entries here, the least recently used entries go until the cache is
+        within its limit: a compile trims as its pool ends (`run_cells`), but the review store's streams, lines and
+        parsed goldens are written after it (by the verdicts, by bless)."""
+        material = self.__dict__.get("material")
+        if material is not None and material.wrote:
+            material.wrote = False
+            with contextlib.suppress(OSError):   # a cache that cannot be trimmed costs disk, never the verdict
+                trim_cache(self.project.cache_dir, self.project.cache_limit)
 
     def select(self, *, arch: list[str] | None = None, kernel: list[str] | None = None) -> tuple[list[Target], list[Cell]]:
         asked = (tuple(arch) if arch is not None else None, tuple(kernel) if kernel is not None else None)
@@ -57,6 +76,25 @@ class Workspace:
         for cell in cells:
             check_against_targets(cell.expect, known, path=cell.kernel.spec_path, field=cell.field_path)
         return chosen, cells
+
+
+# The workspaces opened by the command under way (`keeps_cache_bounded`); None outside one.
+_OPENED: contextvars.ContextVar[list[Workspace] | None] = contextvars.ContextVar("xisa_opened_workspaces", default=None)
+
+
+def keeps_cache_bounded(command):
+    """An application command that ends with every cache it wrote within its limit, however it ends."""
+    @functools.wraps(command)
+    def bounded(*args, **kwargs):
+        opened: list[Workspace] = []
+        token = _OPENED.set(opened)
+        try:
+            return command(*args, **kwargs)
+        finally:
+            _OPENED.reset(token)
+            for ws in opened:
+                ws.keep_cache_bounded()
+    return bounded
 
 
 def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None, cwd: Path | None = None) -> Workspace:

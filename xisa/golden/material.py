@@ -46,6 +46,7 @@ class MaterialStore:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self.wrote = False   # an entry was written (`Workspace.keep_cache_bounded` trims after the command)
 
     @classmethod
     def in_cache(cls, cache_dir: Path) -> "MaterialStore":
@@ -81,6 +82,7 @@ class MaterialStore:
             return False
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, data, mode=0o644)
+        self.wrote = True
         return True
 
     def stream(self, sha256: str) -> str | None:
