@@ -206,3 +206,29 @@ def test_a_variable_the_load_reads_through_a_copy_or_in_bytes_is_a_dependency(tm
     monkeypatch.delenv("MYLIB_SCALE", raising=False)
     root = _project(tmp_path / "proj", f"import os\nS = float({read})")
     _cached_is_cold(tmp_path, root, lambda: monkeypatch.setenv("MYLIB_SCALE", "3"))
+
+
+@pytest.mark.parametrize("count", [
+    "len(os.listdir(PLUGINS))",
+    "len(list(os.scandir(PLUGINS)))",
+    "len(glob.glob(os.path.join(PLUGINS, '*.cfg')))",
+    "len(list(pathlib.Path(PLUGINS).iterdir()))",
+    "sum(len(files) for _, _, files in os.walk(PLUGINS))",
+])
+def test_a_folder_the_load_lists_is_a_dependency_once_it_gains_a_file(tmp_path, count):
+    """A library that discovers its plugins or configs by listing a folder: a file added there (nothing it had read
+    changed) changes what the load computes."""
+    reads = (f"import glob, os, pathlib\nPLUGINS = os.path.join(os.path.dirname(__file__), 'plugins')\n"
+             f"S = float(1 + {count})\n")
+    root = _project(tmp_path / "proj", reads, {"kernels/plugins/a.cfg": "a"})
+    _cached_is_cold(tmp_path, root, lambda: (root / "kernels" / "plugins" / "b.cfg").write_text("b"))
+
+
+def test_the_import_system_s_own_folder_listings_are_not_dependencies(tmp_path):
+    """Python lists each folder it imports from (its finder's cache): a file added beside the kernel that no
+    import asked for, and that the load never listed itself, keeps the cell a hit."""
+    root = _project(tmp_path / "proj", "S = 2.0\n")
+    cache = tmp_path / "cache"
+    compile_here(root, cache)
+    (root / "kernels" / "notes.txt").write_text("unrelated")
+    assert compile_here(root, cache)[CELL].cached

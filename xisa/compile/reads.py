@@ -28,6 +28,11 @@ _XISA_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 ENVIRONMENT_ENTRY = "$"
 
 
+# A depfile entry `ls:/abs/folder` stands for the names a folder holds: a load or compile listed it (a library
+# finding its plugins or configs by `os.listdir`, `os.scandir`, `glob`, `pathlib`, `os.walk`).
+LISTING_ENTRY = "ls:"
+
+
 # `$*`: the whole environment, for a load that listed or copied it (what it found there is unknown; any variable
 # added, changed or removed can change it), less the variables the cache key covers already.
 WHOLE_ENVIRONMENT = "*"
@@ -37,7 +42,18 @@ def dependency_digest(name: str) -> str | None:
     """A depfile entry's SHA-256 now: a file's bytes, or a `$NAME` variable's value; None when absent."""
     if name.startswith(ENVIRONMENT_ENTRY):
         return variable_digest(name[len(ENVIRONMENT_ENTRY):], os.environ)
+    if name.startswith(LISTING_ENTRY):
+        return listing_digest(name[len(LISTING_ENTRY):])
     return file_sha256(name)
+
+
+def listing_digest(folder: str) -> str | None:
+    """The SHA-256 of the names a folder holds, sorted; None when it is no folder (or cannot be listed)."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    return hashlib.sha256(json.dumps(names).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def variable_digest(name: str, environ) -> str | None:
@@ -181,9 +197,27 @@ def hook_reads() -> None:
                 reads.append(os.fsdecode(os.fspath(path)))
         elif event == "sqlite3.connect" and isinstance(args[0], (str, bytes, os.PathLike)):   # opened in C
             reads.append(os.fsdecode(os.fspath(args[0])))
+        elif event in ("os.listdir", "os.scandir") and not _import_system_listing(sys._getframe(1)):
+            folder = "." if args[0] is None else args[0]
+            if isinstance(folder, (str, bytes, os.PathLike)):   # not a descriptor: its folder has no name here
+                reads.append(LISTING_ENTRY + os.path.abspath(os.fsdecode(os.fspath(folder))))
 
     sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load or a compile
     WORKER.reads_hooked = True
+
+
+def _import_system_listing(frame) -> bool:
+    """A listing by Python's own import system: its path finder lists each folder it imports from (to cache the
+    names) and `importlib.metadata` each sys.path folder (to find the installed distributions). What an import
+    finds is in the depfile already (the modules imported, the files that would shadow them), and so is each
+    installed package a compile holds a module of (its RECORD)."""
+    file = frame.f_code.co_filename if frame is not None else ""
+    return file in _IMPORT_SYSTEM_CODE or file.endswith(_IMPORT_SYSTEM_FILES)
+
+
+_IMPORT_SYSTEM_CODE = {"<frozen importlib._bootstrap_external>", "<frozen zipimport>"}
+_IMPORT_SYSTEM_FILES = (os.path.join("importlib", "_bootstrap_external.py"), os.path.join("", "zipimport.py"),
+                        os.path.join("importlib", "metadata", "__init__.py"))
 
 
 def ignore_reads_under(*folders: str) -> None:
@@ -302,6 +336,11 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
     Bytecode caches are left out: they follow their sources (a load never reads them, see the loader's from_source)."""
     files: dict[str, str | None] = {}
     for path in reads:
+        if path.startswith(LISTING_ENTRY):
+            folder = path[len(LISTING_ENTRY):]
+            if _counted_listing(folder, package_folders):
+                files[path] = listing_digest(folder)
+            continue
         if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS):
             continue
         if in_environment(path) and not (package_folders and os.path.abspath(path).startswith(package_folders)):
@@ -325,6 +364,18 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
             for folder in list(namespace.get("__path__") or []):
                 files[os.path.join(os.path.abspath(folder), "__init__.py")] = None
     return dict(sorted(files.items()))
+
+
+def _counted_listing(folder: str, package_folders: tuple[str, ...]) -> bool:
+    """A folder listing the project could change: not the interpreter's or an installed package's (the kernel's
+    own package aside), the temporary folder itself, xisa's or a compile's own output."""
+    import tempfile
+
+    inside = os.path.join(folder, "")
+    if inside.startswith((*_SYSTEM_FOLDERS, *WORKER.output_folders, _XISA_FOLDER)) or \
+            folder == os.path.abspath(tempfile.gettempdir()):   # others' files come and go there
+        return False
+    return not in_environment(folder) or bool(package_folders and inside.startswith(package_folders))
 
 
 def _may_appear(path: str) -> bool:
