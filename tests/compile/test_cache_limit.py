@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from support import compile_here, one_case_spec, write_files
+from support import compile_here, git, one_case_spec, write_files
 from xisa.compile.cache import EntryStore, read_entry
 from xisa.compile.cache_limit import LOW_WATER, RunCounts, cache_info, trim_cache
 from xisa.errors import SpecError
@@ -185,7 +185,7 @@ def test_a_command_ends_with_its_cache_within_the_limit_review_writes_included(r
     cache = tmp_path / "cache"
     env = {"XISA_CACHE_DIR": str(cache)}
     for command in commands:
-        done = run_xisa(*command, cwd=root, env=env)
+        done = run_xisa(*command, cwd=root, env=env, process=True)
         assert done.code in (0, 1), done.err
         info = cache_info(cache, 4 * 1024)
         assert info.size <= 4 * 1024, f"{command}: {info.size} bytes in the cache, over its limit"
@@ -193,3 +193,31 @@ def test_a_command_ends_with_its_cache_within_the_limit_review_writes_included(r
     assert run_xisa("bless", cwd=root, env=env).code == 0
     again = run_xisa("check", cwd=root, env=env)   # what eviction left answers right
     assert again.code == 0 and "byte-identical" in again.out, again.out + again.err
+
+
+def test_a_gate_whose_base_sets_a_larger_limit_leaves_the_shared_cache_within_the_tree_s(run_xisa, tmp_path):
+    """`check --base REV --compile-base`: the base revision's workspace compiles into the same cache folder under
+    the base's own limit (here the default) and writes the review material first; the command still ends within
+    the smallest limit of the workspaces that wrote the folder (the tree's)."""
+    kernels = {f"kernels/k{i}.yaml": one_case_spec(f"k{i}", f"source: k{i}.py", "gfx942") for i in range(4)}
+    kernels.update({f"kernels/k{i}.py": KERNEL.replace("* 2.0", f"* {i + 2}.0") for i in range(4)})
+    root = write_files(tmp_path / "proj", {"pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', **kernels})
+    cache = tmp_path / "cache"
+    env = {"XISA_CACHE_DIR": str(cache)}
+    git(root, "init", "-q", "-b", "main")
+    assert run_xisa("bless", cwd=root, env=env).code == 0
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    with (root / "pyproject.toml").open("a") as handle:
+        handle.write('cache_size = "150KB"\n')
+    for i in range(4):
+        source = root / "kernels" / f"k{i}.py"
+        source.write_text(source.read_text().replace(f"* {i + 2}.0", f"* {i + 10}.0"))
+    git(root, "commit", "-qam", "head")
+    for command in [("check",), ("check",)] + [("check", "--base", "HEAD~1", "--compile-base")] * 3:
+        done = run_xisa(*command, cwd=root, env=env, process=True)
+        assert done.code in (0, 1), done.err
+        assert cache_info(cache, LIMIT).size <= LIMIT, command
+
+
+LIMIT = 150 * 1024

@@ -232,3 +232,15 @@ def test_the_import_system_s_own_folder_listings_are_not_dependencies(tmp_path):
     compile_here(root, cache)
     (root / "kernels" / "notes.txt").write_text("unrelated")
     assert compile_here(root, cache)[CELL].cached
+
+
+def test_a_listed_file_replaced_by_a_folder_of_its_name_is_a_change(tmp_path):
+    reads = ("import os\nPLUGINS = os.path.join(os.path.dirname(__file__), 'plugins')\n"
+             "S = float(2 + sum(entry.is_dir() for entry in os.scandir(PLUGINS)))\n")
+    root = _project(tmp_path / "proj", reads, {"kernels/plugins/a": "a file"})
+
+    def swap() -> None:
+        (root / "kernels" / "plugins" / "a").unlink()
+        (root / "kernels" / "plugins" / "a").mkdir()
+
+    _cached_is_cold(tmp_path, root, swap)

@@ -109,6 +109,7 @@ def compile_cells(ws: Workspace, chosen: list[Target], cells: list[Cell], *, opt
         results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=ws.project.cache_dir,
                             options=options, progress=advance)
     judge_launches(cells, results)
+    ws.compiled = ws.compiled or any(not result.cached for result in results)
     ws.material.remember(results)   # so a later review of a compact golden of these compiles has their streams
     failures = {cell.id: expectation_failures(cell, result) for cell, result in zip(cells, results)}
     return Run(targets=chosen, results=results, failures=failures)

@@ -33,6 +33,7 @@ class Workspace:
     # What `select` built, by its arguments: a check asks twice (the whole selection, then its shard's cells), and
     # building thousands of cells is a tenth of a warm check.
     _selected: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    compiled: bool = field(default=False, init=False, repr=False, compare=False)   # a compile here added entries
 
     def __post_init__(self) -> None:
         opened = _OPENED.get()
@@ -45,14 +46,18 @@ class Workspace:
         return MaterialStore.in_cache(self.project.cache_dir)
 
     def keep_cache_bounded(self) -> None:
-        """After a command that wrote review entries here, the least recently used entries go until the cache is
-        within its limit: a compile trims as its pool ends (`run_cells`), but the review store's streams, lines and
-        parsed goldens are written after it (by the verdicts, by bless)."""
+        """After a command that wrote entries here, the least recently used entries go until the cache is within its
+        limit (`trim_written`)."""
+        trim_written([self])
+
+    def took_writes(self) -> bool:
+        """Whether a compile or the review store wrote entries since the last trim (and forget it)."""
         material = self.__dict__.get("material")
-        if material is not None and material.wrote:
+        wrote = self.compiled or (material is not None and material.wrote)
+        self.compiled = False
+        if material is not None:
             material.wrote = False
-            with contextlib.suppress(OSError):   # a cache that cannot be trimmed costs disk, never the verdict
-                trim_cache(self.project.cache_dir, self.project.cache_limit)
+        return wrote
 
     def select(self, *, arch: list[str] | None = None, kernel: list[str] | None = None) -> tuple[list[Target], list[Cell]]:
         asked = (tuple(arch) if arch is not None else None, tuple(kernel) if kernel is not None else None)
@@ -92,9 +97,24 @@ def keeps_cache_bounded(command):
             return command(*args, **kwargs)
         finally:
             _OPENED.reset(token)
-            for ws in opened:
-                ws.keep_cache_bounded()
+            trim_written(opened)
     return bounded
+
+
+def trim_written(opened: list[Workspace]) -> None:
+    """Each cache folder that workspaces wrote, trimmed to the smallest limit any of them sets: a compile trims as
+    its pool ends (`run_cells`), but the review store's streams, lines and parsed goldens come after it (the
+    verdicts, bless), and a gate's base revision compiles into the same folder under its own limit."""
+    wrote = [ws.took_writes() for ws in opened]
+    if not any(wrote):
+        return
+    limits: dict[Path, int] = {}
+    for ws in opened:
+        folder = ws.project.cache_dir
+        limits[folder] = min(limits.get(folder, ws.project.cache_limit), ws.project.cache_limit)
+    for folder, limit in limits.items():
+        with contextlib.suppress(OSError):   # a cache that cannot be trimmed costs disk, never the verdict
+            trim_cache(folder, limit)
 
 
 def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None, cwd: Path | None = None) -> Workspace:

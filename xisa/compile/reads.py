@@ -48,9 +48,11 @@ def dependency_digest(name: str) -> str | None:
 
 
 def listing_digest(folder: str) -> str | None:
-    """The SHA-256 of the names a folder holds, sorted; None when it is no folder (or cannot be listed)."""
+    """The SHA-256 of what a folder holds: each name, and whether it is a folder (a library telling its plugin
+    packages from its files), sorted; None when it is no folder (or cannot be listed)."""
     try:
-        names = sorted(os.listdir(folder))
+        with os.scandir(folder) as entries:
+            names = sorted((entry.name, entry.is_dir()) for entry in entries)
     except OSError:
         return None
     return hashlib.sha256(json.dumps(names).encode("utf-8", "surrogateescape")).hexdigest()
