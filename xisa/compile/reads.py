@@ -345,7 +345,7 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
             continue
         if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS):
             continue
-        if in_environment(path) and not (package_folders and os.path.abspath(path).startswith(package_folders)):
+        if not _project_path(path, package_folders):
             continue
         if os.path.isfile(path):
             files[os.path.abspath(path)] = file_sha256(path)
@@ -377,7 +377,13 @@ def _counted_listing(folder: str, package_folders: tuple[str, ...]) -> bool:
     if inside.startswith((*_SYSTEM_FOLDERS, *WORKER.output_folders, _XISA_FOLDER)) or \
             folder == os.path.abspath(tempfile.gettempdir()):   # others' files come and go there
         return False
-    return not in_environment(folder) or bool(package_folders and inside.startswith(package_folders))
+    return _project_path(folder, package_folders)
+
+
+def _project_path(path: str, package_folders: tuple[str, ...]) -> bool:
+    """Outside the interpreter's and the installed packages' folders, or inside the kernel's own package's."""
+    return not in_environment(path) or bool(package_folders and
+                                            os.path.join(os.path.abspath(path), "").startswith(package_folders))
 
 
 def _may_appear(path: str) -> bool:

@@ -46,7 +46,7 @@ class MaterialStore:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.wrote = False   # an entry was written (`Workspace.keep_cache_bounded` trims after the command)
+        self.wrote = False   # an entry was written (`xisa.api.workspace.trim_written` trims after the command)
 
     @classmethod
     def in_cache(cls, cache_dir: Path) -> "MaterialStore":
