@@ -265,7 +265,6 @@ def test_an_import_hook_answers_torch_cuda_for_the_target_and_is_undone(gpu_proj
     assert torch.cuda.is_available() is False                        # the stub ends with the load
     # compile workers fork from this process: start them without its loads, as `xisa check` starts them
     monkeypatch.setattr(WORKER, "loaded", {})
-    monkeypatch.setattr(WORKER, "per_target", set())
     results = _compile(gpu_project, tmp_path / "cache")
     assert results["props:c@gfx942"][0] == results["props:c@sm_90"][0] == "ok", results
     hook = gpu_project / "tests" / "xisa_stubs.py"

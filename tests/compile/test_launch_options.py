@@ -69,7 +69,6 @@ def test_an_edited_device_assert_is_a_change_where_the_launch_compiles_it(run_xi
 
 
 @pytest.mark.parametrize("option,target,why", [
-    ("kpack: 2", "gfx950", "a launch would not compile with kpack=2: Triton's options for this target make it 1"),
     ("instrumentation_mode: fpsan", "gfx942", "a launch would not compile with instrumentation_mode='fpsan': it comes "
                                               "from TRITON_INSTRUMENTATION_MODE at a launch, which xisa pins unset"),
     ("arch: sm80", "sm_90", "the architecture is the cell's target, not an option"),
@@ -86,6 +85,37 @@ def test_an_option_triton_would_not_compile_as_written_is_one_line(run_xisa_in_p
     assert out.code == 2 and len(lines) == 1, out.err
     assert f"kernels/plain.yaml: cases[0] (option).options.{name}: {why}" in lines[0]
     assert "(fix: remove" in lines[0]
+
+
+DOT = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def plain(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    offs = r[:, None] * N + r[None, :]
+    tl.store(c_ptr + offs, tl.dot(tl.load(a_ptr + offs), tl.load(b_ptr + offs)))
+"""
+
+
+def test_an_option_triton_rewrites_for_a_target_compiles_as_the_launch_does_with_a_note(run_xisa, tmp_path):
+    """vLLM's decode kernels pass kpack=2 on every AMD target; Triton 3.8 warns and compiles gfx950 with 1."""
+    root = write_files(tmp_path / "proj", {
+        "pyproject.toml": '[tool.xisa]\nspecs = ["kernels"]\n', "kernels/k.py": DOT,
+        "kernels/plain.yaml": "source: k.py\nfunction: plain\ntargets: [gfx942, gfx950]\n"
+                              "defaults: {args: {a_ptr: '*fp16', b_ptr: '*fp16', c_ptr: '*fp32'}, constexprs: {N: 32}}\n"
+                              "cases:\n  - name: kpack2\n    options: {kpack: 2}\n  - name: default\n"})
+    out = run_xisa("compile", "--json", cwd=root)
+    assert out.code == 0, out.err
+    cells = {f"{c['case']}@{c['target']}": c for c in yaml.safe_load(out.out)["cells"]}
+    assert cells["kpack2@gfx950"]["options"]["kpack"] == 1 and cells["kpack2@gfx942"]["options"]["kpack"] == 2
+    assert cells["kpack2@gfx950"]["code_sha256"] == cells["default@gfx950"]["code_sha256"]   # what a launch runs
+    note = "kpack=2 compiles as 1, as a launch does: Triton's options rewrite it for this target (kpack is deprecated"
+    assert cells["kpack2@gfx950"]["resolved"]["notes"][0].startswith(note)
+    assert "notes" not in cells["kpack2@gfx942"]["resolved"] and "notes" not in cells["default@gfx950"]["resolved"]
+    text = run_xisa("compile", cwd=root)
+    assert "plain:kpack2@gfx950: kpack=2 compiles as 1" in " ".join(text.out.split()), text.out
 
 
 PROGRAM = """

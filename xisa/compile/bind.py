@@ -31,6 +31,7 @@ class BoundCell:
     options: Any                     # the backend's options dataclass
     target: Any                      # GPUTarget
     config: str = ""                 # the autotuner config applied, described ('' when none)
+    notes: tuple[str, ...] = ()      # launch options Triton itself rewrote for the target, each named
 
     def signature_record(self) -> dict[str, Any]:
         names = list(self.signature)
@@ -130,9 +131,10 @@ def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, An
     except (TypeError, KeyError, ValueError, AssertionError) as exc:
         raise BindError(f"Triton's binder refused the case: {type(exc).__name__}: {exc}", path=path,
                         field=where) from None
-    for name, wanted in launch_options.items():
-        _refuse_unhonoured(options, name, wanted, path=path, field=option_field(name))
-    return BoundCell(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs, options=options, target=target)
+    notes = tuple(note for name, wanted in launch_options.items()
+                  if (note := _refuse_unhonoured(options, name, wanted, path=path, field=option_field(name))))
+    return BoundCell(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs, options=options, target=target,
+                     notes=notes)
 
 
 def _run_options(fn, launch_options: dict[str, Any], option_fields: set[str]) -> dict[str, Any]:
@@ -147,27 +149,36 @@ def _run_options(fn, launch_options: dict[str, Any], option_fields: set[str]) ->
     return chosen
 
 
-def _refuse_unhonoured(options, name: str, wanted: Any, *, path: str, field: str) -> None:
-    """A launch option the compile would not get as written (Triton replaces it, or takes it from elsewhere)
-    is an error: compiling the replacement silently would guard a kernel the case does not describe. A
-    value Triton only re-spells (a dict as a tuple of items) is honoured; `null` means the default."""
+def _refuse_unhonoured(options, name: str, wanted: Any, *, path: str, field: str) -> str | None:
+    """A launch option the compile would not get as written is an error when no launch could compile it (Triton
+    takes it from elsewhere): compiling a replacement silently would guard a kernel the case does not describe.
+    A value Triton only re-spells (a dict as a tuple of items) is honoured; `null` means the default. A value
+    Triton's options rewrite for the target, warning as they do (gfx950's `kpack` 2 -> 1), is what a launch
+    compiles too: it compiles, and the returned note names the rewrite."""
     if wanted is None:
-        return
+        return None
     if name == "arch":
         raise BindError("the architecture is the cell's target, not an option", path=path, field=field,
                         fix="remove it, and name the target in the spec's `targets:` or an override")
     got = getattr(options, name, None)
-    if plain(got) == plain(wanted) or _respelled(options, name, wanted, got):
-        return
+    if plain(got) == plain(wanted):
+        return None
+    rewritten, warned = _rewritten(options, name, wanted)
+    if rewritten is not _UNSET and plain(rewritten) == plain(got):
+        return (f"{name}={plain(wanted)!r} compiles as {plain(got)!r}, as a launch does: Triton's options rewrite "
+                f"it for this target ({warned})") if warned else None
     why = ("it comes from TRITON_INSTRUMENTATION_MODE at a launch, which xisa pins unset"
            if name == "instrumentation_mode" else f"Triton's options for this target make it {plain(got)!r}")
     raise BindError(f"a launch would not compile with {name}={plain(wanted)!r}: {why}", path=path, field=field,
                     fix=f"remove {name} from the options (or give the value a launch compiles with)")
 
 
-def _respelled(options, name: str, wanted: Any, got: Any) -> bool:
-    """True when the options dataclass turns `wanted` into `got` by itself, without a warning (a re-spelling,
-    not gfx950's `kpack` overwritten to 1)."""
+_UNSET = object()
+
+
+def _rewritten(options, name: str, wanted: Any) -> tuple[Any, str]:
+    """What the options dataclass makes of `wanted` by itself (as a launch's `parse_options` builds it), and the
+    first line of the warning it gave ('' for a silent re-spelling); `_UNSET` when it refuses the value."""
     import dataclasses
     import warnings
 
@@ -176,9 +187,8 @@ def _respelled(options, name: str, wanted: Any, got: Any) -> bool:
             warnings.simplefilter("always")
             again = getattr(dataclasses.replace(options, **{name: wanted}), name)
     except Exception:
-        return False
-    return not caught and plain(again) == plain(got)
-
+        return _UNSET, ""
+    return again, (str(caught[0].message).strip().splitlines() or [""])[0] if caught else ""
 
 
 def _unknown_param(name: str, params: dict, path: str, field: str) -> BindError:

@@ -9,12 +9,13 @@ import time
 import traceback
 import warnings
 from pathlib import Path
+from typing import Any
 
 from xisa.analyze import lines
 from xisa.analyze.model import Analysis
 from xisa.analyze.stages import stage_fingerprints
 from xisa.compile.bind import bind_cell
-from xisa.compile.loader import from_source, load_kernel_function
+from xisa.compile.loader import from_source, kernel_platform_facts, load_kernel_function
 from xisa.compile.ptxas import canonical_ptxas, ptx_file_paths
 from xisa.compile.backend_store import BackendHit, BackendStore, backend_reuse
 from xisa.compile.reads import compiling, reused_compile_reads, variables_read_binding
@@ -75,6 +76,7 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: Ba
             learn_ptx_names(compiled, sources)
         result.analysis = shown(analysis, sources)
         result.status = "ok"
+        result.resolved = _resolution(bound, kernel_platform_facts(cell.kernel, cell.target))
         if keep_stages:   # for `--emit`: every stage, the assembly as Triton spells it
             result.stages = kept_stages(cell.target.handler, compiled)
     except XisaError as exc:
@@ -87,6 +89,13 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: Ba
         result.error_kind = "compile"
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _resolution(bound, facts: dict[str, Any]) -> dict[str, Any]:
+    """What the cell's target decided beside its arguments: the config its autotuner applied, the platform facts
+    the kernel's module and heuristics read, the launch options Triton rewrote (only those that are there)."""
+    resolved = {"config": bound.config, "platform": dict(sorted(facts.items())), "notes": list(bound.notes)}
+    return {key: value for key, value in resolved.items() if value}
 
 
 def _triton_compile(bound, cell: Cell, sources: "SourceFiles"):

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from xisa.compile.platform_facts import BACKEND, DEVICE, platform_fact
 from xisa.compile.state import ENVIRONMENT_PACKAGES
 from xisa.errors import TargetError
 from xisa.spec.device_facts import device_fact
@@ -65,19 +66,24 @@ _NOT_ASKERS = frozenset({"_frozen_importlib", "_frozen_importlib_external", "sit
 
 class DeviceAnswers:
     """The answers for one target (None: a load for no particular target, which can answer nothing), and what
-    was asked: `asked` (queries answered), `refused` (those that were not), `askers` (the top packages whose code
-    was running when the device was asked: they may keep the answers, so they are loaded anew per target)."""
+    was asked: `asked` (queries answered), `facts` (the platform facts they read -> value, see `platform_fact`),
+    `refused` (those that were not), `askers` (the top packages whose code was running when the device was asked:
+    they may keep the answers, so they are loaded anew per target)."""
 
     def __init__(self, target):
         self.target = target
         self.asked: list[str] = []
+        self.facts: dict[str, Any] = {}
         self.refused: list[UnansweredDeviceQuery] = []
         self.askers: set[str] = set()
 
     # --- recording ---------------------------------------------------------------------------------------------
 
-    def note(self, query: str) -> None:
+    def note(self, query: str, fact: str | None = None) -> None:
+        """`query` was answered; its answer is `fact` of the target (None: the same on every target)."""
         self.asked.append(query)
+        if fact is not None:
+            self.facts[fact] = platform_fact(self.target, fact)
         self.askers.update(_asking_packages())
 
     def refuse(self, query: str, fact: str | None = None, why: str = "", fix: str = "") -> UnansweredDeviceQuery:
@@ -109,7 +115,7 @@ class DeviceAnswers:
         value = device_fact(self.target, fact)
         if value is None:
             raise self.refuse(query, fact)
-        self.note(query)
+        self.note(query, fact)
         return value
 
     def device_index(self, device: Any, query: str) -> int:
@@ -133,7 +139,7 @@ class DeviceAnswers:
         self.device_index(index, query)
         if self.target is None:
             raise self.refuse(query)
-        self.note(query)
+        self.note(query, DEVICE)   # the object answers whenever it is read, for this target's device
         return _TritonProperties(self, TRITON_PROPERTIES[self.target.backend], query)
 
     def torch_properties(self, device: Any) -> TorchDeviceProperties:
@@ -141,7 +147,7 @@ class DeviceAnswers:
         self.device_index(device, query)
         if self.target is None:
             raise self.refuse(query)
-        self.note(query)
+        self.note(query, DEVICE)   # the object answers whenever it is read, for this target's device
         return TorchDeviceProperties(self, query)
 
 
@@ -311,19 +317,36 @@ def torch_answers(answers: DeviceAnswers) -> Iterator[None]:
     for module in [m for n, m in list(sys.modules.items()) if n == "torch.cuda" or n.startswith("torch.cuda.")]:
         if module is not None and original_init is not None and vars(module).get("_lazy_init") is original_init:
             patch(module, "_lazy_init", lazy_init)
-    if answers.target is not None:
-        backend = answers.target.backend
-        versions = toolkit_versions()
-        patch(torch.version, "cuda", versions["cuda"] if backend == "cuda" else None)
-        patch(torch.version, "hip", versions["hip"] if backend == "hip" else None)
+    saved_class = type(torch.version)
+    torch.version.__class__ = _version_module(answers, saved_class)
     try:
         yield
     finally:
+        torch.version.__class__ = saved_class
         for owner, name, value in reversed(saved):
             if value is _ABSENT:
                 delattr(owner, name)
             else:
                 setattr(owner, name, value)
+
+
+def _version_module(answers: DeviceAnswers, base: type) -> type:
+    """A class for the `torch.version` module whose `hip` and `cuda` answer as the target's torch build and are
+    recorded as read (a module-level `IS_HIP = torch.version.hip is not None` picks the vendor's branch: a load that
+    read it serves only targets of the same backend). Properties, so `from torch.version import hip` and any alias
+    of the module are answered too; with no target, this machine's torch answers, recorded as no target's."""
+    backend = answers.target.backend if answers.target is not None else None
+    versions = toolkit_versions() if backend is not None else {}
+
+    def answer(kind: str):
+        def read(module):
+            answers.note(f"torch.version.{kind}", BACKEND)
+            if backend is None:
+                return vars(module)[kind]
+            return versions[kind] if backend == kind else None
+        return property(read)
+
+    return type("TargetVersionModule", (base,), {"hip": answer("hip"), "cuda": answer("cuda")})
 
 
 _ABSENT = object()

@@ -22,6 +22,7 @@ from xisa.compile.installed import is_toolchain_module
 from xisa.compile.load_store import LoadStore
 from xisa.compile.reads import (ENVIRONMENT_ENTRY, ENVIRONMENT_PACKAGES, dependency_files, file_sha256, hook_reads,
                                 is_project_module, package_folders, variable_digest, watched_environment)
+from xisa.compile.platform_facts import DEVICE
 from xisa.compile.state import PREFIX_MARK, WORKER, LoadedModule
 from xisa.compile.target_driver import LoadTargetDriver, target_driver
 from xisa.compile.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, knob_settings, toolchain_variable
@@ -33,16 +34,14 @@ def load_kernel_object(spec: KernelSpec, *, roots: list[Path], target=None):
     KernelInterface wrappers around one (@triton.autotune, @triton.heuristics, FlagGems' LibEntry: `unwrap_kernel`
     takes it apart); `target` (a Target) is the one the load is for.
 
-    The module is loaded once per process in a namespace of its own (`_load_isolated`), once per target
-    when its load asked the driver for the current target, and the files the load imported are recorded
-    for the result cache (`kernel_dependencies`).
+    The module is loaded once per process in a namespace of its own (`_load_isolated`), again for a target on
+    which a platform fact the load read has another value, and the files the load imported are recorded for the
+    result cache (`kernel_dependencies`).
     """
     loaded = WORKER.loaded_for(spec, target)
     if loaded is None:
         loaded = WORKER.shared_load(spec, _sharing(spec), target) or _load_isolated(spec, roots, target)
-        if loaded.asked_target:
-            WORKER.per_target.add(WORKER.key(spec))
-        WORKER.loaded[WORKER.key(spec, target)] = loaded
+        WORKER.add_load(spec, loaded)
     module = loaded.module
     fn = getattr(module, spec.function, None)
     if fn is None:
@@ -131,6 +130,13 @@ def kernel_dependencies(spec: KernelSpec, target=None) -> dict[str, str | None] 
     return {**loaded.dependencies, **loaded.compile_reads} if loaded is not None else None
 
 
+def kernel_platform_facts(spec: KernelSpec, target) -> dict[str, Any]:
+    """The platform facts the load serving `target` and its compiles so far read -> value (their values on
+    `target`: the load serves no target where one differs); the device itself (`device`) is the target."""
+    loaded = WORKER.loaded_for(spec, target)
+    return {fact: value for fact, value in (loaded.platform_facts if loaded else {}).items() if fact != DEVICE}
+
+
 def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedModule:
     """Import the kernel module with no project module of an earlier load in sight, record what it read, and
     undo what it changed in the process.
@@ -202,7 +208,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
                         field="source" if spec.source_file else "module",
                         fix="remove the setting from the module (xisa compiles every kernel as a default launch)")
     return LoadedModule(module=module, dependencies=dict(sorted(dependencies.items())),
-                        package_folders=folders, asked_target=driver.asked_target, modules=dropped,
+                        package_folders=folders, platform_facts=dict(driver.answers.facts), modules=dropped,
                         package_load=package_load, sharing=_sharing(spec))
 
 
@@ -230,7 +236,7 @@ def _import_hook(hook: Path, target, driver: LoadTargetDriver):
             raise SpecError(f"{hook.name} defines no {IMPORT_HOOK}(target)", **where,
                             fix=f"define @contextlib.contextmanager def {IMPORT_HOOK}(target): ... yield")
         if target is not None:
-            driver.asked_target = True
+            driver.give_target()
         manager = factory(target.gpu_target() if target is not None else None)
         if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
             raise SpecError(f"{hook.name}: {IMPORT_HOOK}(target) returned no context manager", **where,

@@ -232,7 +232,7 @@ def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
     """Record the project files a compile of `spec`'s loaded kernel reads (a table that a constexpr function
     opens when it runs, not when its module loads) into the module's dependencies."""
     hook_reads()
-    loaded = WORKER.loaded[WORKER.key(spec, target)]
+    loaded = WORKER.loaded_for(spec, target)
     WORKER.compiling = CompileUnderWay(loaded, [], {})
     WORKER.reads = WORKER.compiling.reads
     driver = None
@@ -243,8 +243,8 @@ def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
     finally:
         loaded.compile_reads.update(compile_reads())
         WORKER.reads, WORKER.compiling = None, None
-        if driver is not None and driver.asked_target:
-            WORKER.mark_per_target(spec, target)
+        if driver is not None:
+            WORKER.learn_platform_facts(loaded, driver.answers.facts)
 
 
 @contextlib.contextmanager

@@ -29,6 +29,9 @@ class CellResult(NamedByCell):
     reused_backend: bool = False
     # ... and its front end's inputs were ones seen before (`front_end_key.py`): the front end did not run either.
     skipped_front_end: bool = False
+    # What the cell's target resolved (`resolution`): the autotuner config, the platform facts the load and the
+    # compile read -> value, notes on launch options Triton rewrote. Shown per cell; not part of a golden.
+    resolved: dict[str, Any] = field(default_factory=dict)
     # Whether one workgroup fits the target, judged with the spec's `launchable` (`xisa.api.run.judge_launches`);
     # derived from the analysis, the options and the target file, so never cached nor written to a golden.
     launch: Launch | None = None
@@ -63,20 +66,22 @@ class CellResult(NamedByCell):
             "launch": self.launch.to_json() if self.launch else None,
             "seconds": round(self.seconds, 3),
             "cached": self.cached,   # read from xisa's result cache, not compiled by this run
+            "resolved": dict(self.resolved),
         }
 
     def to_cache(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel, "case": self.case, "target": self.target, "status": self.status,
             "error": self.error, "error_kind": self.error_kind, **analysis_to_cache(self.analysis),
-            "binding": self.binding, "options": self.options, "seconds": self.seconds,
+            "binding": self.binding, "options": self.options, "seconds": self.seconds, "resolved": self.resolved,
         }
 
     @classmethod
     def from_cache(cls, data: dict[str, Any]) -> "CellResult":
         return cls(kernel=data["kernel"], case=data["case"], target=data["target"], status=data["status"],
                    error=data["error"], error_kind=data.get("error_kind"), analysis=analysis_from_cache(data),
-                   binding=data["binding"], options=data["options"], seconds=data["seconds"], cached=True)
+                   binding=data["binding"], options=data["options"], seconds=data["seconds"],
+                   resolved=data["resolved"], cached=True)
 
 
 def analysis_to_cache(analysis: Analysis | None) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """What a compile worker process keeps between cells, in one object: the kernel modules it loaded and the
 recording of what a load or a compile under way reads.
 
-A forked compile worker loads each spec's module once, however many cells it compiles (once per target for a
-spec whose module asked which target it runs on). `WORKER.reset()` forgets all of it, as a fresh worker starts.
+A forked compile worker loads each spec's module once, however many cells it compiles, and again for a target
+on which a platform fact the load read (torch.version.hip, the SM count, Triton's target) has another value. `WORKER.reset()` forgets all of it, as a fresh worker starts.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from xisa.compile.platform_facts import same_platform
 from xisa.spec.cases import KernelSpec
 
 # Always the environment, wherever they are installed from (an editable Triton is still the toolchain): never a
@@ -26,7 +27,9 @@ class LoadedModule:
     dependencies: dict[str, str | None]     # what the load read: files, and `$NAME` for a variable
     compile_reads: dict[str, str | None] = field(default_factory=dict)   # files its compiles read, so far
     package_folders: tuple[str, ...] = ()   # the kernel's own package: its files count wherever it is installed
-    asked_target: bool = False              # the load asked the driver for the current target: one per target
+    # The platform facts the load and the compiles since read -> value (`xisa.compile.platform_facts`):
+    # the load serves only targets where each is the same.
+    platform_facts: dict[str, Any] = field(default_factory=dict)
     # The modules the load imported and took out of sys.modules after it (the project's, the kernel's package, the
     # packages that asked the device): in sight again while its cells compile, so a heuristic's lazy import finds
     # the load's own module, not a fresh copy that would stay behind with this target's answers.
@@ -52,8 +55,9 @@ class CompileUnderWay:
 class WorkerState:
     """The per-process state of kernel loading and read recording (one instance: `WORKER`)."""
 
-    loaded: dict[tuple, LoadedModule] = field(default_factory=dict)   # by `key(spec, target)`
-    per_target: set[tuple] = field(default_factory=set)   # specs (`key(spec)`) whose load asked the target
+    # Each spec's loads (by `key(spec)`), each serving the targets on which every platform fact it read is the same
+    # (`LoadedModule.platform_facts`, `xisa.compile.platform_facts.same_platform`).
+    loaded: dict[tuple, list[LoadedModule]] = field(default_factory=dict)
     # Files opened for reading while a load or a compile is under way (None: neither); the audit hook appends.
     reads: list[str] | None = None
     # Variables read through os.environ while a kernel module loads (None: no load under way).
@@ -78,51 +82,47 @@ class WorkerState:
             return
         self.device_packages |= new
         keep = self.compiling.loaded if self.compiling is not None else None
-        self.loaded = {key: loaded for key, loaded in self.loaded.items() if loaded is keep}
+        self.loaded = {key: kept for key, loads in self.loaded.items() if (kept := [l for l in loads if l is keep])}
 
-    def mark_per_target(self, spec: KernelSpec, target) -> None:
-        """A compile of `spec` asked the device: its load is one per target from now on (the one in hand becomes
-        `target`'s, the other targets load anew, and so do other specs sharing its modules: they may hold the
-        answers for `target` now)."""
-        key = self.key(spec)
-        if key in self.per_target:
-            return
-        loaded = self.loaded.pop(key, None)
-        self.per_target.add(key)
-        if loaded is not None:
-            self.loaded = {k: other for k, other in self.loaded.items() if other.modules is not loaded.modules}
-            self.loaded[self.key(spec, target)] = loaded
+    def learn_platform_facts(self, loaded: LoadedModule, facts: dict[str, Any]) -> None:
+        """A compile of `loaded` read `facts`: its modules may keep them (a functools.cache), so from now on the load,
+        and every load sharing its modules, serves only targets with the same values."""
+        loaded.platform_facts.update(facts)
 
     def shared_load(self, spec: KernelSpec, sharing: tuple, target=None) -> LoadedModule | None:
-        """Another spec's load that is the import of `spec`'s package and holds `spec`'s module, fit for `target` (a
-        load for one target serves that target alone), as `spec`'s own; None when there is none."""
+        """Another spec's load that is the import of `spec`'s package and holds `spec`'s module, fit for `target`
+        (every platform fact it read is the same there), as `spec`'s own; None when there is none."""
         if spec.module is None or spec.source_file is not None:
             return None
-        for key, other in self.loaded.items():
+        for other in (load for loads in self.loaded.values() for load in loads):
             if other.sharing != sharing or spec.module not in other.package_load or spec.module not in other.modules:
                 continue
             if not any(name.startswith(PREFIX_MARK) and spec.module.startswith(name[len(PREFIX_MARK):] + ".")
                        for name in other.package_load):
                 continue   # a load of B would import another parent package first
-            if len(key) > 3 and key[3] != getattr(target, "name", None):
-                continue   # made for another target: its modules may hold that target's answers
+            if not same_platform(other.platform_facts, target):
+                continue   # its modules hold another platform's answers
+            # the same facts dict: a fact a compile of either reads is kept by the modules both use
             return LoadedModule(module=other.modules[spec.module], dependencies=other.dependencies,
-                                package_folders=other.package_folders, asked_target=other.asked_target,
+                                package_folders=other.package_folders, platform_facts=other.platform_facts,
                                 modules=other.modules, package_load=other.package_load, sharing=sharing)
         return None
 
-    def key(self, spec: KernelSpec, target=None) -> tuple:
-        """The load of `spec` for `target`: one per spec, or one per target once its load asked the target."""
-        key = (str(spec.spec_file), str(spec.source_file), spec.module)
-        return key + (getattr(target, "name", None),) if key in self.per_target else key
+    @staticmethod
+    def key(spec: KernelSpec) -> tuple:
+        return (str(spec.spec_file), str(spec.source_file), spec.module)
 
     def loaded_for(self, spec: KernelSpec, target=None) -> LoadedModule | None:
-        return self.loaded.get(self.key(spec, target))
+        """The load of `spec` that may serve `target`, or None."""
+        return next((loaded for loaded in self.loaded.get(self.key(spec), ())
+                     if same_platform(loaded.platform_facts, target)), None)
+
+    def add_load(self, spec: KernelSpec, loaded: LoadedModule) -> None:
+        self.loaded.setdefault(self.key(spec), []).append(loaded)
 
     def reset(self) -> None:
         """Forget every load and any recording under way, as a freshly started worker has none."""
         self.loaded = {}
-        self.per_target = set()
         self.reads = None
         self.env_reads = None
         self.compiling = None

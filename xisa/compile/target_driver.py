@@ -14,6 +14,7 @@ from pathlib import Path
 
 from xisa.capture_site._xisa_capture_hook import spec_from_other_finders
 from xisa.compile.device_answers import DeviceAnswers, UnansweredDeviceQuery, torch_answers
+from xisa.compile.platform_facts import DEVICE, GPU_TARGET
 
 
 class TargetUtils:
@@ -52,20 +53,14 @@ class LoadTargetDriver:
         self.answers = answers if answers is not None else DeviceAnswers(target)
         self.utils = TargetUtils(self.answers)
 
-    @property
-    def asked_target(self) -> bool:
-        """The load asked the device something, so it is one per target."""
-        return bool(self.answers.asked)
-
-    @asked_target.setter
-    def asked_target(self, value: bool) -> None:   # an import hook is given the target: that is asking it
-        if value:
-            self.answers.note("the import hook's target")
+    def give_target(self) -> None:
+        """An import hook is given the target: whatever it does with it is this device's."""
+        self.answers.note("the import hook's target", DEVICE)
 
     def get_current_target(self):
         if self._target is None:
             raise self.answers.refuse("triton.runtime.driver.active.get_current_target()")
-        self.answers.note("triton.runtime.driver.active.get_current_target()")
+        self.answers.note("triton.runtime.driver.active.get_current_target()", GPU_TARGET)
         return self._target.gpu_target()
 
     def get_current_device(self):

@@ -15,6 +15,7 @@ from xisa.compile.toolchain import describe_toolchain
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 from xisa.names import CellKey
 from xisa.render.formats import NO_ANALYSIS_ISA, fitted_table, show
+from xisa.render.resolved import render_resolution
 
 def compile_payload(results: list[CellResult], failures: dict[str, list[Failure]], *, backends: set[str]) -> dict[str, Any]:
     cells = []
@@ -119,6 +120,7 @@ def render_compile_table(console: Console, results: list[CellResult], failures: 
                 console.print(Text(f"  {result.id}: {failure}", style="yellow"))
             if result.launch is not None and not result.launch.launchable:
                 console.print(Text(f"  {result.id}: {result.launch}", style="red" if result.launch.unexpected else ""))
+    render_resolution(console, results)
 
 
 def render_compile_markdown(results: list[CellResult], *, counts: list[str]) -> str:

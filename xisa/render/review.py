@@ -18,6 +18,7 @@ from xisa.golden.ab import largest_resource_changes, target_summaries
 from xisa.golden.store import golden_files
 from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, Verdict
 from xisa.render.formats import NO_ANALYSIS_ISA, arrow, cells_phrase, error_block, fitted_table, grouped_by_message, plural
+from xisa.render.resolved import render_resolution
 
 # The check and diff tables: one register count, spills or private memory, LDS, occupancy (keys
 # as `measure` reads them: scratch_bytes on NVIDIA is stack + local bytes).
@@ -378,6 +379,7 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
             if v.stages is not None:   # a changed cell: where its instructions changed, by source line
                 for line in line_change_lines(v):
                     console.print(Text(line))
+        render_resolution(console, [v.head for v in report.verdicts if v.head is not None], differing_only=True)
     explained = [v for v in report.verdicts if v.message and (Verdict(v.verdict).explained or v.verdict == Verdict.NEW)]
     for verdict in dict.fromkeys(v.verdict for v in explained):   # one block per verdict and message
         for ids, message in grouped_by_message([(v.id, v.message) for v in explained if v.verdict == verdict]):
