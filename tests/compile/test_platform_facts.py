@@ -111,7 +111,34 @@ def kern(x_ptr, y_ptr, BLOCK: tl.constexpr, SCALE: tl.constexpr):
 """
 
 
-def _compiled(root: Path, cache: Path, *, jobs: int, order: tuple[str, ...] | None = None, only=None) -> dict:
+# cut-cross-entropy's shape: a launch option picked at import from the vendor, applied by a heuristic
+LAUNCH_OPTION = """import torch
+import triton
+import triton.language as tl
+
+BEST = triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2 if torch.version.hip else 4)
+
+
+@triton.heuristics({k: (lambda args, _v=v: _v) for k, v in BEST.all_kwargs().items()})
+@triton.jit
+def kern(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(0, n, BLOCK):
+        acc += tl.load(x_ptr + i + tl.arange(0, BLOCK))
+    tl.store(y_ptr + tl.arange(0, BLOCK), acc)
+"""
+LAUNCH_SPEC = """name: vendor
+source: vendor.py
+function: kern
+targets: [{targets}]
+cases:
+  - name: c
+    args: {{x_ptr: '*fp32', y_ptr: '*fp32', n: 4096}}
+"""
+
+
+def _compiled(root: Path, cache: Path, *, jobs: int, order: tuple[str, ...] | None = None, only=None,
+              use_cache: bool = False) -> dict:
     from xisa.api import Selection, open_workspace
     from xisa.compile.runner import RunOptions, run_cells
 
@@ -120,20 +147,70 @@ def _compiled(root: Path, cache: Path, *, jobs: int, order: tuple[str, ...] | No
     if order is not None:
         cells = sorted(cells, key=lambda cell: order.index(cell.target.name))
     results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=cache,
-                        options=RunOptions(jobs=jobs, use_cache=False))
+                        options=RunOptions(jobs=jobs, use_cache=use_cache))
     assert all(r.ok for r in results), [r.error for r in results]
-    return {cell.target.name: result.analysis.code_sha256 for cell, result in zip(cells, results)}
+    return {cell.target.name: (result.analysis.code_sha256, result.options.get("num_stages"))
+            for cell, result in zip(cells, results)}
 
 
-@pytest.mark.parametrize("module", ["import_time", "heuristic"])
+@pytest.mark.parametrize("module", ["import_time", "heuristic", "launch_option"])
 def test_mixed_runs_at_any_jobs_and_order_compile_what_each_target_alone_does(tmp_path, fresh_worker, module):
-    """The whole path (pool, workers, bind, compile): a platform answer kept at import or by a heuristic's cache
-    at bind time never reaches another vendor's cell."""
+    """The whole path (pool, workers, bind, compile, the result cache): a platform answer kept at import, by a
+    heuristic's cache at bind time, or as a launch option, never reaches another vendor's cell, cold or warm."""
     targets = ("gfx942", "sm_90", "gfx1100")
-    files = {"kernels/vendor.py": HEURISTIC} if module == "heuristic" else {}
-    root = write_files(_project(tmp_path / "p", READS["helper"], targets), files)
+    files = {"heuristic": {"kernels/vendor.py": HEURISTIC},
+             "launch_option": {"kernels/vendor.py": LAUNCH_OPTION,
+                               "kernels/vendor.yaml": LAUNCH_SPEC.format(targets=", ".join(targets))}}
+    root = write_files(_project(tmp_path / "p", READS["helper"], targets), files.get(module, {}))
     alone = {}
     for target in targets:
         alone.update(_compiled(root, tmp_path / f"alone-{target}", jobs=1, only=target))
+    if module == "launch_option":
+        assert {t: alone[t][1] for t in targets} == {"gfx942": 2, "gfx1100": 2, "sm_90": 4}
     for jobs, order in itertools.product((1, 2), (targets, tuple(reversed(targets)))):
         assert _compiled(root, tmp_path / f"mixed-{jobs}-{order[0]}", jobs=jobs, order=order) == alone, (jobs, order)
+    warm = tmp_path / "warm"
+    for _ in range(2):   # cold into the cache, then every cell from it
+        assert _compiled(root, warm, jobs=2, order=tuple(reversed(targets)), use_cache=True) == alone
+
+
+def test_torchs_device_generic_doors_answer_as_the_target(tmp_path, fresh_worker):
+    """SGLang's and vLLM's kernels size configs through torch.get_device_module() and torch.accelerator."""
+    import torch
+
+    sms = ("dev = torch.get_device_module()\nassert torch.accelerator.is_available() and torch.cuda.is_initialized()\n"
+           "assert torch.accelerator.current_accelerator().type == 'cuda' and torch.accelerator.device_count() == 1\n"
+           "SCALE = tl.constexpr(float(dev.get_device_properties(torch.accelerator.current_device_index())"
+           ".multi_processor_count))")
+    root = _project(tmp_path / "p", sms, ("gfx942", "sm_90"))
+    assert {t: _load_for(root, t).fn.__globals__["SCALE"].value for t in ("gfx942", "sm_90")} == \
+        {"gfx942": 304.0, "sm_90": 132.0}
+    assert torch.get_device_module() is torch.cpu and torch.accelerator.device_count() == 0   # undone after
+
+
+PROBES = {
+    "nvidia_smi": "subprocess.run(['nvidia-smi', '--query-gpu=name', '--format=csv'], capture_output=True)",
+    "rocminfo_shell": "subprocess.run('rocminfo | grep -m1 gfx', shell=True, capture_output=True)",
+    "nvml": "ctypes.CDLL('libnvidia-ml.so.1')",
+    "os_system": "os.system('amd-smi static')",
+}
+
+
+@pytest.mark.parametrize("probe", sorted(PROBES))
+def test_a_gpu_probe_behind_torchs_back_is_one_line_naming_the_librarys_line(tmp_path, fresh_worker, probe):
+    """vLLM's platform (NVML, amdsmi), aiter's arch (rocminfo), FlagGems' vendor (the vendors' tools): this machine's
+    GPU would answer, or with none the library's own fallback, silently; the library's `except Exception` too."""
+    from xisa.errors import TargetError
+
+    asks = (f"import ctypes, os, subprocess\ntry:\n    {PROBES[probe]}\nexcept Exception:\n    pass\n"
+            "SCALE = tl.constexpr(2.0)")
+    root = _project(tmp_path / "p", asks, ("gfx942",))
+    with pytest.raises(TargetError, match=r"a library asked the device for \S+ \((subprocess.Popen|ctypes.dlopen|"
+                                          r"os.system), from kernels/vendor.py:\d+\): it asks this machine's GPU"):
+        _load_for(root, "gfx942")
+
+
+def test_a_subprocess_that_asks_no_gpu_runs(tmp_path, fresh_worker):
+    root = _project(tmp_path / "p", "import subprocess\nsubprocess.run(['true'], check=True)\n"
+                                    "SCALE = tl.constexpr(2.0)", ("gfx942",))
+    assert _load_for(root, "gfx942").fn.__globals__["SCALE"].value == 2.0

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from xisa.compile.gpu_probes import answering_as
 from xisa.compile.platform_facts import BACKEND, DEVICE, platform_fact
 from xisa.compile.state import ENVIRONMENT_PACKAGES
 from xisa.errors import TargetError
@@ -255,11 +256,56 @@ def _torch_functions(answers: DeviceAnswers) -> dict[str, Any]:
         raise answers.refuse("torch.cuda.get_arch_list()", why="it lists the archs a CUDA torch was built for, no "
                                                                "fact of the target")
 
+    def is_initialized() -> bool:
+        # a process that compiles for its GPU has it: a library then asks torch (answered), not NVML (refused)
+        answers.note("torch.cuda.is_initialized()")
+        return answers.target is not None or _refused(answers, "torch.cuda.is_initialized()")
+
     return {"is_available": is_available, "device_count": device_count, "current_device": current_device,
             "set_device": set_device, "_exchange_device": exchange_device, "_maybe_exchange_device": exchange_device,
             "get_device_properties": get_device_properties,
             "get_device_capability": get_device_capability, "get_device_name": get_device_name,
-            "get_arch_list": get_arch_list}
+            "get_arch_list": get_arch_list, "is_initialized": is_initialized}
+
+
+def _accelerator_functions(answers: DeviceAnswers, torch) -> dict[tuple[Any, str], Any]:
+    """torch's device-generic doors (`torch.get_device_module()`, `torch.accelerator`; SGLang's and vLLM's kernels
+    size configs through them): the accelerator is the target's GPU, `torch.cuda` as answered above. On a CPU
+    torch they would answer `torch.cpu` and no device, silently."""
+    original = torch.get_device_module
+
+    def get_device_module(device=None):
+        kind = getattr(device, "type", None) or (str(device).partition(":")[0] if device is not None else "cuda")
+        if kind not in ("cuda", "hip"):
+            return original(device)
+        answers.device_index(device if device is not None else 0, f"torch.get_device_module({device!r})")
+        return torch.cuda
+
+    def current_accelerator(check_available: bool = False):
+        answers.note("torch.accelerator.current_accelerator()")
+        return torch.device("cuda") if answers.target is not None else \
+            _refused(answers, "torch.accelerator.current_accelerator()")
+
+    def index(query: str):
+        def answer(*_args, **_kwargs) -> int:
+            answers.note(query)
+            return 0 if answers.target is not None else _refused(answers, query)
+        return answer
+
+    def set_index(device) -> None:
+        answers.device_index(device, f"torch.accelerator.set_device_index({device!r})")
+
+    accelerator = getattr(torch, "accelerator", None)
+    answered = {(torch, "get_device_module"): get_device_module}
+    if accelerator is not None:
+        count = index("torch.accelerator.device_count()")
+        answered.update({(accelerator, "current_accelerator"): current_accelerator,
+                         (accelerator, "device_count"): lambda: count() + 1,
+                         (accelerator, "is_available"): lambda: current_accelerator() is not None,
+                         (accelerator, "current_device_index"): index("torch.accelerator.current_device_index()"),
+                         (accelerator, "current_device_idx"): index("torch.accelerator.current_device_idx()"),
+                         (accelerator, "set_device_index"): set_index, (accelerator, "set_device_idx"): set_index})
+    return answered
 
 
 def _refused(answers: DeviceAnswers, query: str):
@@ -304,6 +350,8 @@ def torch_answers(answers: DeviceAnswers) -> Iterator[None]:
 
     for name, function in _torch_functions(answers).items():
         patch(torch.cuda, name, function)
+    for (owner, name), function in _accelerator_functions(answers, torch).items():
+        patch(owner, name, function)
     original_init = vars(torch.cuda).get("_lazy_init")
 
     def lazy_init(*_args, **_kwargs):
@@ -320,7 +368,8 @@ def torch_answers(answers: DeviceAnswers) -> Iterator[None]:
     saved_class = type(torch.version)
     torch.version.__class__ = _version_module(answers, saved_class)
     try:
-        yield
+        with answering_as(answers):   # NVML, AMD SMI and the vendors' tools are refused meanwhile
+            yield
     finally:
         torch.version.__class__ = saved_class
         for owner, name, value in reversed(saved):

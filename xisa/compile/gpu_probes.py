@@ -1,0 +1,79 @@
+"""The ways a library asks this machine's GPU behind torch's and Triton's back, refused while xisa answers as a
+target: NVML and AMD SMI (pynvml, amdsmi and the libraries they open), the vendors' tools (nvidia-smi, rocminfo,
+rocm-smi, amd-smi) and the drivers' own libraries. vLLM picks its platform through NVML and amdsmi, aiter its
+arch and CU count through rocminfo, FlagGems its vendor through the tools: the answer would be this machine's GPU,
+or with none a fallback the library picks silently, never the target's. Python's audit events see each one
+(`subprocess.Popen`, `os.system`, `os.posix_spawn`, `os.exec`, `ctypes.dlopen`), whoever calls it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+PROBE_TOOLS = frozenset({"nvidia-smi", "rocminfo", "rocm-smi", "amd-smi", "rocm_agent_enumerator", "rocm-smi-lib"})
+PROBE_LIBRARIES = ("libnvidia-ml", "libamd_smi", "librocm_smi", "libcuda.so", "libamdhip64", "libhsa-runtime64")
+_PROCESS_EVENTS = {"subprocess.Popen": 1, "os.posix_spawn": 1, "os.exec": 1, "os.system": 0}
+
+_ANSWERING: list[Any] = []   # the DeviceAnswers of the answering contexts entered, innermost last
+_HOOKED: list[bool] = []
+
+
+def probe_of(event: str, args: tuple) -> str | None:
+    """The GPU probe an audit event is ('nvidia-smi', 'libnvidia-ml.so.1'), or None."""
+    if event == "ctypes.dlopen":
+        name = os.path.basename(os.fsdecode(args[0])) if isinstance(args[0], (str, bytes)) else ""
+        return name if name.startswith(PROBE_LIBRARIES) else None
+    where = _PROCESS_EVENTS.get(event)
+    if where is None:
+        return None
+    argv = args[where]
+    words = argv.split() if isinstance(argv, (str, bytes)) else [w for a in (argv or ()) for w in str(a).split()]
+    for word in words:
+        name = os.path.basename(os.fsdecode(word) if isinstance(word, bytes) else word).strip("'\"")
+        if name in PROBE_TOOLS:
+            return name
+    return None
+
+
+def _refuse_probes(event: str, args: tuple) -> None:
+    if not _ANSWERING or event not in _WATCHED:
+        return
+    probe = probe_of(event, args)
+    if probe is not None:
+        raise _ANSWERING[-1].refuse(
+            f"{probe} ({event}{_caller(sys._getframe(1))})", why="it asks this machine's GPU, not the target's (with none, the library falls "
+                                      "back to a value of its own)",
+            fix="answer the library's platform per target in an import hook ([tool.xisa] import_hooks, "
+                "docs/capture.md), or set the library's own switch for the target (e.g. GEMS_VENDOR)")
+
+
+def _caller(frame) -> str:
+    """', from vllm/platforms/__init__.py:42': the first frame outside the standard library, the library's line."""
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in sys.stdlib_module_names:
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    parts = frame.f_code.co_filename.replace(os.sep, "/").split("/")
+    return f", from {'/'.join(parts[-2:])}:{frame.f_lineno}"
+
+
+_WATCHED = frozenset({"ctypes.dlopen", *_PROCESS_EVENTS})
+
+
+class answering_as:
+    """While entered, GPU probes are refused with `answers` (a DeviceAnswers) naming them."""
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def __enter__(self):
+        if not _HOOKED:
+            sys.addaudithook(_refuse_probes)   # once a process; it does nothing outside an answering context
+            _HOOKED.append(True)
+        _ANSWERING.append(self.answers)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ANSWERING.remove(self.answers)
