@@ -214,3 +214,38 @@ def test_a_subprocess_that_asks_no_gpu_runs(tmp_path, fresh_worker):
     root = _project(tmp_path / "p", "import subprocess\nsubprocess.run(['true'], check=True)\n"
                                     "SCALE = tl.constexpr(2.0)", ("gfx942",))
     assert _load_for(root, "gfx942").fn.__globals__["SCALE"].value == 2.0
+
+
+KEPT = """import torch
+import triton
+import triton.language as tl
+from torch.cuda import get_device_properties
+
+DRIVER = triton.runtime.driver.active     # kept from the load, as FlagGems and fla keep them
+
+
+@triton.heuristics({"A": lambda args: get_device_properties(0).multi_processor_count,
+                    "B": lambda args: DRIVER.utils.get_device_properties(0)["multiprocessor_count"],
+                    "D": lambda args: 64 if DRIVER.get_current_target().backend == "hip" else 32})
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr, A: tl.constexpr, B: tl.constexpr, D: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.load(x_ptr + r) * (A + B * 1000 + D * 1000000))
+"""
+
+
+def test_a_function_or_driver_a_module_kept_from_its_load_answers_as_the_cell_being_compiled(tmp_path, fresh_worker):
+    """`from torch.cuda import get_device_properties` or `DRIVER = triton.runtime.driver.active` at import, called
+    in a heuristic at bind time: the cell's target answers, and the bound constexprs are each target's alone."""
+    targets = ("gfx942", "sm_90", "gfx1100")
+    root = write_files(_project(tmp_path / "p", READS["helper"], targets), {"kernels/vendor.py": KEPT})
+    from xisa.api import Selection, open_workspace
+    from xisa.compile.runner import RunOptions, run_cells
+
+    ws = open_workspace(cwd=root)
+    _, cells = Selection().cells(ws)
+    results = run_cells(cells, roots=list(ws.project.kernel_roots), cache_dir=tmp_path / "c",
+                        options=RunOptions(jobs=1, use_cache=False))
+    bound = {cell.target.name: {k: r.binding["constexprs"][k] for k in "ABD"} for cell, r in zip(cells, results)}
+    assert bound == {"gfx942": {"A": 304, "B": 304, "D": 64}, "sm_90": {"A": 132, "B": 132, "D": 32},
+                     "gfx1100": {"A": 96, "B": 96, "D": 64}}

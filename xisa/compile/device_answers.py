@@ -20,8 +20,8 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from xisa.compile.gpu_probes import answering_as
-from xisa.compile.platform_facts import BACKEND, DEVICE, platform_fact
+from xisa.compile.gpu_probes import refuse_probes
+from xisa.compile.platform_facts import BACKEND, platform_fact
 from xisa.compile.state import ENVIRONMENT_PACKAGES
 from xisa.errors import TargetError
 from xisa.spec.device_facts import device_fact
@@ -33,6 +33,22 @@ class UnansweredDeviceQuery(BaseException):
     def __init__(self, error: TargetError):
         super().__init__(str(error))
         self.error = error
+
+
+# The answers of the answering contexts entered (`torch_answers`), innermost last.
+_ANSWERING: list["DeviceAnswers"] = []
+
+
+def current_answers(answers: "DeviceAnswers") -> "DeviceAnswers":
+    """The answers of the innermost answering context under way, else `answers`: a function or an object a module
+    kept from its load (`from torch.cuda import get_device_properties`, `DRIVER = triton.runtime.driver.active`,
+    a properties object) answers, when called later, as the target the code runs for then, as it would on that
+    target's GPU, and the fact it read is recorded there."""
+    return _ANSWERING[-1] if _ANSWERING else answers
+
+
+def _answering_now() -> "DeviceAnswers | None":
+    return _ANSWERING[-1] if _ANSWERING else None
 
 
 # torch's _CudaDeviceProperties attributes (torch/csrc/cuda/Module.cpp; the same names on ROCm's torch) -> the fact
@@ -140,7 +156,7 @@ class DeviceAnswers:
         self.device_index(index, query)
         if self.target is None:
             raise self.refuse(query)
-        self.note(query, DEVICE)   # the object answers whenever it is read, for this target's device
+        self.note(query)   # the object answers each read as the target then under way
         return _TritonProperties(self, TRITON_PROPERTIES[self.target.backend], query)
 
     def torch_properties(self, device: Any) -> TorchDeviceProperties:
@@ -148,7 +164,7 @@ class DeviceAnswers:
         self.device_index(device, query)
         if self.target is None:
             raise self.refuse(query)
-        self.note(query, DEVICE)   # the object answers whenever it is read, for this target's device
+        self.note(query)   # the object answers each read as the target then under way
         return TorchDeviceProperties(self, query)
 
 
@@ -178,7 +194,7 @@ class _TritonProperties(Mapping):
     def __getitem__(self, key):
         if key not in self._keys:
             raise KeyError(key)
-        value = self._answers.fact(self._keys[key], f"{self._query}[{key!r}]")
+        value = current_answers(self._answers).fact(self._keys[key], f"{self._query}[{key!r}]")
         return value
 
     def __iter__(self):
@@ -201,7 +217,7 @@ class TorchDeviceProperties:
     def __getattr__(self, name: str):
         if name.startswith("__") or name not in TORCH_PROPERTIES:
             raise AttributeError(f"'_CudaDeviceProperties' object has no attribute {name!r}")
-        value = self._answers.fact(TORCH_PROPERTIES[name], f"{self._query}.{name}")
+        value = current_answers(self._answers).fact(TORCH_PROPERTIES[name], f"{self._query}.{name}")
         if name in ("major", "minor"):
             return value[0 if name == "major" else 1]
         return value
@@ -217,49 +233,49 @@ class TorchDeviceProperties:
 
 def _torch_functions(answers: DeviceAnswers) -> dict[str, Any]:
     def is_available() -> bool:
-        answers.note("torch.cuda.is_available()")
-        return answers.target is not None or _refused(answers, "torch.cuda.is_available()")
+        current_answers(answers).note("torch.cuda.is_available()")
+        return current_answers(answers).target is not None or _refused(current_answers(answers), "torch.cuda.is_available()")
 
     def device_count() -> int:
-        answers.note("torch.cuda.device_count()")
-        return 1 if answers.target is not None else _refused(answers, "torch.cuda.device_count()")
+        current_answers(answers).note("torch.cuda.device_count()")
+        return 1 if current_answers(answers).target is not None else _refused(current_answers(answers), "torch.cuda.device_count()")
 
     def current_device() -> int:
-        answers.note("torch.cuda.current_device()")
-        return 0 if answers.target is not None else _refused(answers, "torch.cuda.current_device()")
+        current_answers(answers).note("torch.cuda.current_device()")
+        return 0 if current_answers(answers).target is not None else _refused(current_answers(answers), "torch.cuda.current_device()")
 
     def set_device(device) -> None:
-        answers.device_index(device, f"torch.cuda.set_device({device!r})")
+        current_answers(answers).device_index(device, f"torch.cuda.set_device({device!r})")
 
     def exchange_device(device: int) -> int:
         # what `with torch.cuda.device(i):` calls on entry and exit (FlagGems' generated wrappers): -1 is "none",
         # as torch answers it; the one device is 0, so the device before was 0
         if device < 0:
             return -1
-        answers.device_index(device, f"torch.cuda.device({device!r})")
+        current_answers(answers).device_index(device, f"torch.cuda.device({device!r})")
         return 0
 
     def get_device_properties(device=None):
-        return answers.torch_properties(device)
+        return current_answers(answers).torch_properties(device)
 
     def get_device_capability(device=None) -> tuple[int, int]:
         query = f"torch.cuda.get_device_capability({'' if device is None else repr(device)})"
-        answers.device_index(device, query)
-        return answers.capability(query)
+        current_answers(answers).device_index(device, query)
+        return current_answers(answers).capability(query)
 
     def get_device_name(device=None) -> str:
         query = f"torch.cuda.get_device_name({'' if device is None else repr(device)})"
-        answers.device_index(device, query)
-        return answers.fact("name", query)
+        current_answers(answers).device_index(device, query)
+        return current_answers(answers).fact("name", query)
 
     def get_arch_list():
-        raise answers.refuse("torch.cuda.get_arch_list()", why="it lists the archs a CUDA torch was built for, no "
+        raise current_answers(answers).refuse("torch.cuda.get_arch_list()", why="it lists the archs a CUDA torch was built for, no "
                                                                "fact of the target")
 
     def is_initialized() -> bool:
         # a process that compiles for its GPU has it: a library then asks torch (answered), not NVML (refused)
-        answers.note("torch.cuda.is_initialized()")
-        return answers.target is not None or _refused(answers, "torch.cuda.is_initialized()")
+        current_answers(answers).note("torch.cuda.is_initialized()")
+        return current_answers(answers).target is not None or _refused(current_answers(answers), "torch.cuda.is_initialized()")
 
     return {"is_available": is_available, "device_count": device_count, "current_device": current_device,
             "set_device": set_device, "_exchange_device": exchange_device, "_maybe_exchange_device": exchange_device,
@@ -278,22 +294,22 @@ def _accelerator_functions(answers: DeviceAnswers, torch) -> dict[tuple[Any, str
         kind = getattr(device, "type", None) or (str(device).partition(":")[0] if device is not None else "cuda")
         if kind not in ("cuda", "hip"):
             return original(device)
-        answers.device_index(device if device is not None else 0, f"torch.get_device_module({device!r})")
+        current_answers(answers).device_index(device if device is not None else 0, f"torch.get_device_module({device!r})")
         return torch.cuda
 
     def current_accelerator(check_available: bool = False):
-        answers.note("torch.accelerator.current_accelerator()")
-        return torch.device("cuda") if answers.target is not None else \
-            _refused(answers, "torch.accelerator.current_accelerator()")
+        current_answers(answers).note("torch.accelerator.current_accelerator()")
+        return torch.device("cuda") if current_answers(answers).target is not None else \
+            _refused(current_answers(answers), "torch.accelerator.current_accelerator()")
 
     def index(query: str):
         def answer(*_args, **_kwargs) -> int:
-            answers.note(query)
-            return 0 if answers.target is not None else _refused(answers, query)
+            current_answers(answers).note(query)
+            return 0 if current_answers(answers).target is not None else _refused(current_answers(answers), query)
         return answer
 
     def set_index(device) -> None:
-        answers.device_index(device, f"torch.accelerator.set_device_index({device!r})")
+        current_answers(answers).device_index(device, f"torch.accelerator.set_device_index({device!r})")
 
     accelerator = getattr(torch, "accelerator", None)
     answered = {(torch, "get_device_module"): get_device_module}
@@ -367,10 +383,12 @@ def torch_answers(answers: DeviceAnswers) -> Iterator[None]:
             patch(module, "_lazy_init", lazy_init)
     saved_class = type(torch.version)
     torch.version.__class__ = _version_module(answers, saved_class)
+    refuse_probes(_answering_now)   # NVML, AMD SMI and the vendors' tools, while any target answers
+    _ANSWERING.append(answers)
     try:
-        with answering_as(answers):   # NVML, AMD SMI and the vendors' tools are refused meanwhile
-            yield
+        yield
     finally:
+        _ANSWERING.remove(answers)
         torch.version.__class__ = saved_class
         for owner, name, value in reversed(saved):
             if value is _ABSENT:
@@ -384,15 +402,13 @@ def _version_module(answers: DeviceAnswers, base: type) -> type:
     recorded as read (a module-level `IS_HIP = torch.version.hip is not None` picks the vendor's branch: a load that
     read it serves only targets of the same backend). Properties, so `from torch.version import hip` and any alias
     of the module are answered too; with no target, this machine's torch answers, recorded as no target's."""
-    backend = answers.target.backend if answers.target is not None else None
-    versions = toolkit_versions() if backend is not None else {}
-
     def answer(kind: str):
         def read(module):
-            answers.note(f"torch.version.{kind}", BACKEND)
-            if backend is None:
+            now = current_answers(answers)
+            now.note(f"torch.version.{kind}", BACKEND)
+            if now.target is None:
                 return vars(module)[kind]
-            return versions[kind] if backend == kind else None
+            return toolkit_versions()[kind] if now.target.backend == kind else None
         return property(read)
 
     return type("TargetVersionModule", (base,), {"hip": answer("hip"), "cuda": answer("cuda")})

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 PROBE_TOOLS = frozenset({"nvidia-smi", "rocminfo", "rocm-smi", "amd-smi", "rocm_agent_enumerator", "rocm-smi-lib"})
 PROBE_LIBRARIES = ("libnvidia-ml", "libamd_smi", "librocm_smi", "libcuda.so", "libamdhip64", "libhsa-runtime64")
 _PROCESS_EVENTS = {"subprocess.Popen": 1, "os.posix_spawn": 1, "os.exec": 1, "os.system": 0}
 
-_ANSWERING: list[Any] = []   # the DeviceAnswers of the answering contexts entered, innermost last
-_HOOKED: list[bool] = []
+_CURRENT: list[Callable[[], Any]] = []   # once hooked: what answers now (a DeviceAnswers), None outside
 
 
 def probe_of(event: str, args: tuple) -> str | None:
@@ -38,11 +37,12 @@ def probe_of(event: str, args: tuple) -> str | None:
 
 
 def _refuse_probes(event: str, args: tuple) -> None:
-    if not _ANSWERING or event not in _WATCHED:
+    if event not in _WATCHED:
         return
-    probe = probe_of(event, args)
+    answers = _CURRENT[0]()
+    probe = probe_of(event, args) if answers is not None else None
     if probe is not None:
-        raise _ANSWERING[-1].refuse(
+        raise answers.refuse(
             f"{probe} ({event}{_caller(sys._getframe(1))})", why="it asks this machine's GPU, not the target's (with none, the library falls "
                                       "back to a value of its own)",
             fix="answer the library's platform per target in an import hook ([tool.xisa] import_hooks, "
@@ -62,18 +62,9 @@ def _caller(frame) -> str:
 _WATCHED = frozenset({"ctypes.dlopen", *_PROCESS_EVENTS})
 
 
-class answering_as:
-    """While entered, GPU probes are refused with `answers` (a DeviceAnswers) naming them."""
-
-    def __init__(self, answers):
-        self.answers = answers
-
-    def __enter__(self):
-        if not _HOOKED:
-            sys.addaudithook(_refuse_probes)   # once a process; it does nothing outside an answering context
-            _HOOKED.append(True)
-        _ANSWERING.append(self.answers)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _ANSWERING.remove(self.answers)
+def refuse_probes(current: Callable[[], Any]) -> None:
+    """Refuse GPU probes whenever `current()` gives the answers of a target (once a process: an audit hook
+    cannot be removed; it does nothing while `current()` is None)."""
+    if not _CURRENT:
+        _CURRENT.append(current)
+        sys.addaudithook(_refuse_probes)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xisa.capture_site._xisa_capture_hook import spec_from_other_finders
-from xisa.compile.device_answers import DeviceAnswers, UnansweredDeviceQuery, torch_answers
+from xisa.compile.device_answers import DeviceAnswers, UnansweredDeviceQuery, current_answers, torch_answers
 from xisa.compile.platform_facts import DEVICE, GPU_TARGET
 
 
@@ -23,22 +23,26 @@ class TargetUtils:
     def __init__(self, answers: DeviceAnswers):
         self._answers = answers
 
+    @property
+    def _now(self) -> DeviceAnswers:   # kept by a module from one load, it answers as the target under way
+        return current_answers(self._answers)
+
     def get_device_properties(self, device):
-        return self._answers.triton_properties(device)
+        return self._now.triton_properties(device)
 
     def get_device_capability(self, device):
         query = f"triton.runtime.driver.active.utils.get_device_capability({device!r})"
-        self._answers.device_index(device, query)
-        return self._answers.capability(query)
+        self._now.device_index(device, query)
+        return self._now.capability(query)
 
     def get_current_device(self):
-        self._answers.note("triton.runtime.driver.active.utils.get_current_device()")
+        self._now.note("triton.runtime.driver.active.utils.get_current_device()")
         return 0
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        raise self._answers.refuse(f"triton.runtime.driver.active.utils.{name}", why="it needs a live GPU")
+        raise self._now.refuse(f"triton.runtime.driver.active.utils.{name}", why="it needs a live GPU")
 
 
 class LoadTargetDriver:
@@ -53,32 +57,37 @@ class LoadTargetDriver:
         self.answers = answers if answers is not None else DeviceAnswers(target)
         self.utils = TargetUtils(self.answers)
 
+    @property
+    def _now(self) -> DeviceAnswers:   # kept by a module from one load, it answers as the target under way
+        return current_answers(self.answers)
+
     def give_target(self) -> None:
         """An import hook is given the target: whatever it does with it is this device's."""
         self.answers.note("the import hook's target", DEVICE)
 
     def get_current_target(self):
-        if self._target is None:
-            raise self.answers.refuse("triton.runtime.driver.active.get_current_target()")
-        self.answers.note("triton.runtime.driver.active.get_current_target()", GPU_TARGET)
-        return self._target.gpu_target()
+        now = self._now
+        if now.target is None:
+            raise now.refuse("triton.runtime.driver.active.get_current_target()")
+        now.note("triton.runtime.driver.active.get_current_target()", GPU_TARGET)
+        return now.target.gpu_target()
 
     def get_current_device(self):
-        self.answers.note("triton.runtime.driver.active.get_current_device()")
+        self._now.note("triton.runtime.driver.active.get_current_device()")
         return 0
 
     def set_current_device(self, device):
-        self.answers.device_index(device, f"triton.runtime.driver.active.set_current_device({device!r})")
+        self._now.device_index(device, f"triton.runtime.driver.active.set_current_device({device!r})")
 
     def get_device_capability(self, device=None):
         query = f"triton.runtime.driver.active.get_device_capability({'' if device is None else repr(device)})"
-        self.answers.device_index(device, query)
-        return self.answers.capability(query)
+        self._now.device_index(device, query)
+        return self._now.capability(query)
 
     def get_device_interface(self):
         import torch
 
-        self.answers.note("triton.runtime.driver.active.get_device_interface()")
+        self._now.note("triton.runtime.driver.active.get_device_interface()")
         return torch.cuda   # answered for the target while this driver is active (torch_answers)
 
     def get_active_torch_device(self):
@@ -92,7 +101,7 @@ class LoadTargetDriver:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        raise self.answers.refuse(f"triton.runtime.driver.active.{name}", why="it needs a live GPU (xisa compiles "
+        raise self._now.refuse(f"triton.runtime.driver.active.{name}", why="it needs a live GPU (xisa compiles "
                                                                               "with none and runs no launch)")
 
 
