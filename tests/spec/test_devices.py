@@ -76,6 +76,21 @@ def test_every_amd_target_answers_name_and_gcn_arch_name(name):
         assert torch.cuda.get_device_properties(0).multi_processor_count == target.device.multiprocessor_count  # aiter
 
 
+@pytest.mark.parametrize("name", [n for n in AMD if n in ARCH_FILES])
+def test_every_amd_arch_target_answers_the_l2_flag_gems_reads(name):
+    from xisa.compile.device_answers import DeviceAnswers
+
+    props = DeviceAnswers(KNOWN[name]).torch_properties(0)
+    assert hasattr(props, "L2_cache_size") and props.L2_cache_size >= 2 * 1024 * 1024   # FlagGems' get_device_info
+
+
+def test_a_device_fact_no_source_states_is_refused_not_taken_from_the_arch():
+    from xisa.compile.device_answers import DeviceAnswers
+
+    with pytest.raises(BaseException, match="gfx942-mi308x.yaml: device.l2_cache_size: .*AMD Instinct MI308X"):
+        hasattr(DeviceAnswers(KNOWN["gfx942-mi308x"]).torch_properties(0), "L2_cache_size")
+
+
 @pytest.mark.parametrize("name", sorted(n for n, t in KNOWN.items() if t.backend == "cuda"))
 def test_every_nvidia_target_answers_the_opt_in_shared_memory_per_block(name):
     from xisa.compile.device_answers import DeviceAnswers
