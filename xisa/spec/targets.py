@@ -146,7 +146,8 @@ def parse_device_target(data: Any, path: str, arch_targets: dict[str, Target]) -
     _require(isinstance(sources, dict), "must be a mapping of field -> citation", path, "sources")
     facts = parse_device_facts(device, sources, path, arch.backend, arch=arch)
     # the arch's citations stay with the numbers it gives; the device's own facts cite the device file
-    kept = {k: v for k, v in arch.sources.items() if k not in DeviceFacts.__dataclass_fields__ or k in ARCH_FACTS}
+    own = {f.name for f in dataclasses.fields(DeviceFacts)} - set(ARCH_FACTS)
+    kept = {k: v for k, v in arch.sources.items() if k not in own}
     return dataclasses.replace(arch, name=name, description=str(data.get("description", "")), device=facts,
                                sources={**kept, **sources}, path=path, device_of=of)
 
