@@ -10,7 +10,8 @@ from xisa.errors import SpecError, UsageError, XisaError
 
 KERNEL_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 CASE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-TARGET_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+# An arch target (`gfx942`), or a device of one: the arch target's name, '-', the device (`gfx942-mi308x`).
+TARGET_NAME = re.compile(r"^[A-Za-z0-9_]+(-[A-Za-z0-9_]+)?$")
 # A name becomes a folder or file name (golden/<kernel>/<case>/.<target>.yaml.<pid>.tmp), and file
 # systems refuse names over 255 bytes; names are ASCII, so characters are bytes. 200 leaves room for
 # the suffixes xisa adds.

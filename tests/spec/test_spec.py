@@ -91,7 +91,8 @@ def test_unknown_target_suggests_the_closest(targets):
     assert "gfx942" in str(error) and error.exit_code == 2
 
 
-TARGET_FILES = sorted((REPO / "targets").glob("*.yaml"))
+# the arch target files (a device target's file, `device_of:`, has no occupancy: tests/spec/test_devices.py)
+TARGET_FILES = sorted(p for p in (REPO / "targets").glob("*.yaml") if "\ndevice_of:" not in p.read_text())
 
 
 @pytest.mark.parametrize("path", TARGET_FILES, ids=[p.stem for p in TARGET_FILES])

@@ -186,6 +186,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
 
     targets = load_targets(list(project.target_dirs), root=project.root)
     chosen = select_targets(targets, patterns)
+    asked = frozenset(t.name for t in chosen if t.device_of is not None)
     summary = TrialSummary(targets=[t.name for t in chosen])
     roots = list(project.kernel_roots)
     specs, filters, by_name = [], [], {}
@@ -202,7 +203,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
         specs.append(spec)
         by_name[spec.name] = (plan, spec)
         filters += [f"{spec.name}:{name}" for name in plan.names]
-    cells = build_cells(specs, chosen, kernel_filters=filters) if specs else []
+    cells = build_cells(specs, chosen, kernel_filters=filters, asked=asked) if specs else []
     started = time.monotonic()
     summary.not_run = interpreted_triton()
     if summary.not_run:
@@ -227,7 +228,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
     for (kernel, case_name), refused in said.items():
         plan, spec = by_name[kernel]
         case = next(c for c in spec.cases if c.name == case_name)
-        tried = tuple(t.name for t in case_targets(case, chosen))
+        tried = tuple(t.name for t in case_targets(case, chosen, asked))
         left = tuple(t.name for t in case_targets(case, every) if t.name not in refused)
         all_refused = bool(refused) and set(refused) == set(tried)
         trials.setdefault(plan.path, {})[case_name] = Trial(tried=tried, refused=refused,

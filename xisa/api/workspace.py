@@ -20,9 +20,9 @@ from xisa.golden.material import MaterialStore
 from xisa.golden.store import golden_paths, read_golden_toolchain
 from xisa.golden.verdict import Scope, check_scopes
 from xisa.names import display_path
-from xisa.spec.cases import Cell, KernelSpec, build_cells, discover_spec_files, load_specs
+from xisa.spec.cases import Cell, KernelSpec, build_cells, choose_targets, discover_spec_files, load_specs
 from xisa.spec.project import Project, load_project
-from xisa.spec.targets import Target, load_targets, select_targets
+from xisa.spec.targets import Target, load_targets
 
 
 @dataclass
@@ -67,7 +67,7 @@ class Workspace:
         return list(chosen), list(cells)
 
     def _select(self, *, arch: list[str] | None, kernel: list[str] | None) -> tuple[list[Target], list[Cell]]:
-        chosen = select_targets(self.targets, arch)
+        chosen, asked = choose_targets(self.targets, arch, self.specs)
         if kernel:
             names = {s.name for s in self.specs}
             for flt in kernel:
@@ -76,7 +76,7 @@ class Workspace:
                     near = difflib.get_close_matches(kpat, sorted(names), n=1)
                     raise SpecError(f"no kernel matches {flt!r}", field="--kernel",
                                     fix=f"did you mean {near[0]!r}?" if near else f"kernels: {', '.join(sorted(names))}")
-        cells = build_cells(self.specs, chosen, kernel_filters=kernel)
+        cells = build_cells(self.specs, chosen, kernel_filters=kernel, asked=asked)
         known = {name: target.backend for name, target in self.targets.items()}
         for cell in cells:
             check_against_targets(cell.expect, known, path=cell.kernel.spec_path, field=cell.field_path)

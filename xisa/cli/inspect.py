@@ -12,9 +12,9 @@ from xisa.cli.options import ArchOption, SpecOption, stdout
 from xisa.compile.cache import ResultCache
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 from xisa.render.formats import fitted_table, show
-from xisa.spec.cases import case_targets
+from xisa.spec.cases import case_targets, choose_targets
 from xisa.spec.project import load_project
-from xisa.spec.targets import load_targets, select_targets
+from xisa.spec.targets import load_targets
 
 
 def targets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -26,13 +26,15 @@ def targets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
                                "targets": [known[n].summary() for n in sorted(known)]}, indent=2))
         return
     out = stdout()
-    table = Table("target", "backend", "arch", "wave", "family", "fp8", "matrix", "file")
+    table = Table("target", "backend", "arch", "wave", "family", "fp8", "matrix", "device of", "answers as", "file")
     for name in sorted(known):
         t = known[name]
-        table.add_row(name, t.backend, str(t.arch), str(t.warp_size), t.family, t.fp8, t.matrix, t.path)
+        table.add_row(name, t.backend, str(t.arch), str(t.warp_size), t.family, t.fp8, t.matrix, t.device_of or "-",
+                      t.device.product, t.path)
     out.print(table)
     for backend in sorted({t.backend for t in known.values()}):   # each backend's occupancy tables
-        members = [known[n] for n in sorted(known) if known[n].backend == backend]
+        arches = [known[n] for n in sorted(known) if not known[n].device_of]   # a device target's are its arch's
+        members = [t for t in arches if t.backend == backend]
         keys = list(dict.fromkeys(key for t in members for key in t.occupancy))
         rows = [[t.name, *(show(t.occupancy.get(key)) for key in keys)] for t in members]
         columns = [("target", "left"), *((key.replace("_", " "), "right") for key in keys)]
@@ -44,13 +46,13 @@ def kernels(spec: SpecOption = None, arch: ArchOption = None,
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List kernels, their cases and the targets each case runs on."""
     ws = open_workspace(spec=spec)
-    chosen = select_targets(ws.targets, arch)
+    chosen, asked = choose_targets(ws.targets, arch, ws.specs)
     rows = []
     for kernel_spec in ws.specs:
         for case in kernel_spec.cases:
             rows.append({"kernel": kernel_spec.name, "case": case.name, "spec": kernel_spec.spec_path,
                          "function": kernel_spec.function,
-                         "targets": [t.name for t in case_targets(case, chosen)]})
+                         "targets": [t.name for t in case_targets(case, chosen, asked)]})
     if as_json:
         typer.echo(json.dumps({"schema": JSON_SCHEMA_VERSION, "kind": "kernels", "kernels": rows}, indent=2))
         return

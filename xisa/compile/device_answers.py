@@ -65,6 +65,12 @@ TORCH_PROPERTIES: dict[str, str | None] = {
     "is_integrated": None, "is_multi_gpu_board": None,
 }
 
+# Attributes a backend's torch does not have: reading one raises AttributeError as it does on that GPU, so a
+# library's `getattr(props, name, default)` takes its default as it does there. ROCm's torch does not bind
+# `shared_memory_per_block_optin` (pytorch/pytorch#198198, 2026: "exposes shared_memory_per_block_optin on NVIDIA,
+# but the binding is excluded from ROCm builds"), though HIP reports a value.
+TORCH_ABSENT: dict[str, frozenset[str]] = {"cuda": frozenset(), "hip": frozenset({"shared_memory_per_block_optin"})}
+
 # Triton's `driver.active.utils.get_device_properties(i)` keys per backend (Triton 3.8 backends/nvidia/driver.c and
 # backends/amd/driver.c getDeviceProperties) -> the fact that answers each.
 TRITON_PROPERTIES: dict[str, dict[str, str | None]] = {
@@ -215,15 +221,19 @@ class TorchDeviceProperties:
         self._answers, self._query = answers, query
 
     def __getattr__(self, name: str):
-        if name.startswith("__") or name not in TORCH_PROPERTIES:
+        if name.startswith("__") or name not in self._names():
             raise AttributeError(f"'_CudaDeviceProperties' object has no attribute {name!r}")
         value = current_answers(self._answers).fact(TORCH_PROPERTIES[name], f"{self._query}.{name}")
         if name in ("major", "minor"):
             return value[0 if name == "major" else 1]
         return value
 
+    def _names(self) -> list[str]:
+        absent = TORCH_ABSENT[self._answers.target.backend]
+        return [name for name in TORCH_PROPERTIES if name not in absent]
+
     def __dir__(self):
-        return sorted(TORCH_PROPERTIES)
+        return sorted(self._names())
 
     def __repr__(self):
         return f"<xisa: {self._query} for {self._answers.target.name}>"

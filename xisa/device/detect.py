@@ -29,6 +29,8 @@ class Device:
 def match_target(arch: str, backend: str, targets: dict[str, Target]) -> str | None:
     for name in sorted(targets):
         target = targets[name]
+        if target.device_of is not None:
+            continue   # a GPU is recognised by its arch; a device target of that arch is chosen by name (--arch)
         if target.backend == backend and any(fnmatch.fnmatchcase(arch, m) for m in target.device_match):
             return name
     return None

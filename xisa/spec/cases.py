@@ -17,7 +17,7 @@ from typing import Any, Callable
 from xisa.analyze.expect import Expectations, check_for_target as check_expectations_for_target, parse_expectations
 from xisa.errors import SpecError
 from xisa.names import CASE_NAME, KERNEL_NAME, CellKey, check_name
-from xisa.spec.targets import Target
+from xisa.spec.targets import Target, select_targets, selects
 from xisa.yamlio import load_yaml
 
 _FILE_KEYS = {"name", "source", "module", "function", "targets", "defaults", "cases", "description"}
@@ -334,8 +334,25 @@ def case_values(case: CaseSpec, target_name: str) -> dict[str, Any]:
     return {key: merged[key] for key in ("args", "constexprs", "options", "config", "heuristics")}
 
 
-def case_targets(case: CaseSpec, targets: list[Target]) -> list[Target]:
-    return [t for t in targets if any(fnmatch.fnmatchcase(t.name, p) for p in case.target_patterns)]
+def case_targets(case: CaseSpec, targets: list[Target], asked: frozenset[str] = frozenset()) -> list[Target]:
+    """The targets a case compiles on: those its `targets:` globs match, a device target only where they select
+    it (`selects`: its name, or a glob with '-') or where --arch asked for it (`asked`, then any glob matching its
+    name will do, as for an arch target)."""
+    return [t for t in targets if any(selects(p, t) or (t.name in asked and fnmatch.fnmatchcase(t.name, p))
+                                      for p in case.target_patterns)]
+
+
+def choose_targets(known: dict[str, Target], arch: list[str] | None,
+                   specs: list[KernelSpec]) -> tuple[list[Target], frozenset[str]]:
+    """The targets a run compiles for, and the device targets --arch asked for by name: those `arch` selects (all
+    arch targets without it), and each device target a spec's case selects whose arch target is chosen (so the
+    default run compiles a spec's devices, and `--arch 'gfx94*'` those of gfx942)."""
+    chosen = select_targets(known, arch)
+    names = {t.name for t in chosen}
+    wanted = [t for t in known.values() if t.device_of in names and t.name not in names
+              and any(selects(p, t) for spec in specs for case in spec.cases for p in case.target_patterns)]
+    asked = frozenset(t.name for t in chosen if t.device_of is not None)
+    return sorted(chosen + wanted, key=lambda t: t.name), asked
 
 
 def _value_fields(case: CaseSpec, target_name: str) -> dict[str, str]:
@@ -361,14 +378,16 @@ def resolve_cell(spec: KernelSpec, case: CaseSpec, target: Target) -> Cell:
                 value_fields=_value_fields(case, target.name))
 
 
-def build_cells(specs: list[KernelSpec], targets: list[Target], *, kernel_filters: list[str] | None = None) -> list[Cell]:
-    """Every (kernel, case, target) cell selected; `kernel_filters` are `KERNEL` or `KERNEL:CASE` globs."""
+def build_cells(specs: list[KernelSpec], targets: list[Target], *, kernel_filters: list[str] | None = None,
+                asked: frozenset[str] = frozenset()) -> list[Cell]:
+    """Every (kernel, case, target) cell selected; `kernel_filters` are `KERNEL` or `KERNEL:CASE` globs; `asked`:
+    the device targets --arch named (`case_targets`)."""
     cells = []
     for spec in specs:
         for case in spec.cases:
             if kernel_filters and not any(matches_kernel_filter(f, spec.name, case.name) for f in kernel_filters):
                 continue
-            for target in case_targets(case, targets):
+            for target in case_targets(case, targets, asked):
                 cells.append(resolve_cell(spec, case, target))
     return cells
 

@@ -44,6 +44,10 @@ class DeviceFacts:
 
 _TEXT_FACTS = ("product", "name", "arch_name")
 DEVICE_KEYS = ("match", *(f.name for f in fields(DeviceFacts)))
+# Facts of the architecture, alike on every device of it: a device target (`device_of:`) takes them from its arch
+# target's file and states only the product's own (name, CU/SM count, memory, clocks, L2).
+ARCH_FACTS = ("capability", "arch_name", "shared_memory_per_block", "registers_per_block", "max_threads_per_block",
+              "max_threads_per_multiprocessor")
 
 
 def _nvidia_capability(target) -> tuple[int, int]:
@@ -78,11 +82,17 @@ def device_fact(target, key: str) -> Any:
     return getattr(target.device, key, None)
 
 
-def parse_device_facts(device: dict[str, Any], sources: dict[str, Any], path: str, backend: str) -> DeviceFacts:
-    """The `device:` section's facts, each checked and cited (`sources.<fact>`)."""
-    unknown = sorted(set(device) - set(DEVICE_KEYS))
+def parse_device_facts(device: dict[str, Any], sources: dict[str, Any], path: str, backend: str, *,
+                       arch: Any = None) -> DeviceFacts:
+    """The `device:` section's facts, each checked and cited (`sources.<fact>`). For a device target, `arch` is its
+    arch target, whose architecture facts (ARCH_FACTS) it answers with and may not restate."""
+    allowed = [key for key in DEVICE_KEYS if arch is None or (key != "match" and key not in ARCH_FACTS)]
+    unknown = sorted(set(device) - set(allowed))
     if unknown:
-        raise TargetError(f"unknown key(s) {unknown}", path=path, field="device", fix=f"allowed keys: {list(DEVICE_KEYS)}")
+        if arch is not None and set(unknown) <= {"match", *ARCH_FACTS}:
+            raise TargetError(f"{unknown[0]} is the architecture's, stated once in {arch.path or arch.name}",
+                              path=path, field=f"device.{unknown[0]}", fix=f"remove device.{unknown[0]}")
+        raise TargetError(f"unknown key(s) {unknown}", path=path, field="device", fix=f"allowed keys: {allowed}")
     derived = sorted(set(device) & set(DERIVED.get(backend, {})))
     if derived:
         raise TargetError(f"{derived[0]} is derived from the rest of the file on {backend} targets (one home for each "
@@ -107,6 +117,8 @@ def parse_device_facts(device: dict[str, Any], sources: dict[str, Any], path: st
         _require(isinstance(cite, str) and len(cite.strip()) > 10, "this fact cites no source", path, key,
                  fix=f"add sources.{key}: '<document, section, URL>'", field=f"sources.{key}")
         values[key] = value
+    if arch is not None:
+        values.update((key, v) for key in ARCH_FACTS if (v := getattr(arch.device, key)) is not None)
     return DeviceFacts(**values)
 
 

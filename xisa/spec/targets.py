@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 from xisa.analyze.backends import BACKEND_NAMES, Backend, backend as backend_entry
 from xisa.errors import TargetError
-from xisa.spec.device_facts import DeviceFacts, parse_device_facts
+from xisa.spec.device_facts import ARCH_FACTS, DeviceFacts, parse_device_facts
 from xisa.names import TARGET_NAME, closest, display_path
 from xisa.yamlio import load_yaml
 
@@ -18,6 +19,9 @@ MATRIX_FAMILIES = ("mfma", "wmma", "hmma", "wgmma", "tcgen05", "none")
 
 _TOP_KEYS = {"name", "backend", "arch", "warp_size", "family", "description", "fp8", "matrix",
              "occupancy", "device", "sources"}
+# A device target (docs/targets.md) states the device and takes everything else from its arch target's file.
+_DEVICE_TARGET_KEYS = {"name", "device_of", "description", "device", "sources"}
+DEVICE_SEPARATOR = "-"   # gfx942-mi308x: the arch target's name, then the device's
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Target:
     device: DeviceFacts                     # what the reference product answers a library asking the device
     sources: dict[str, str] = field(compare=False, repr=False)
     path: str = field(compare=False, repr=False, default="")
+    device_of: str | None = None            # a device target: its arch target's name (None: an arch target)
 
     @property
     def handler(self) -> Backend:
@@ -53,6 +58,7 @@ class Target:
             "family": self.family, "fp8": self.fp8, "matrix": self.matrix, "description": self.description,
             "occupancy": dict(self.occupancy), "device_match": list(self.device_match),
             "device": self.device.stated(),   # the answers a load's device queries get: part of the cache key
+            "device_of": self.device_of,
         }
 
 
@@ -73,8 +79,9 @@ def parse_target(data: Any, path: str) -> Target:
     for key in ("name", "backend", "arch", "warp_size", "family", "fp8", "matrix", "occupancy", "device", "sources"):
         _require(key in data, "missing", path, key)
     name = data["name"]
-    _require(isinstance(name, str) and bool(TARGET_NAME.match(name)), f"bad target name {name!r}", path, "name",
-             "use letters, digits and '_'")
+    _require(isinstance(name, str) and bool(TARGET_NAME.match(name)) and DEVICE_SEPARATOR not in name,
+             f"bad target name {name!r}", path, "name",
+             "use letters, digits and '_' ('-' only in a device target's name, which has `device_of:`)")
     expected_stem = Path(path).stem
     _require(name == expected_stem, f"name {name!r} differs from the file name {expected_stem!r}", path, "name")
     backend = data["backend"]
@@ -115,31 +122,76 @@ def parse_target(data: Any, path: str) -> Target:
     )
 
 
+def parse_device_target(data: Any, path: str, arch_targets: dict[str, Target]) -> Target:
+    """A device target: `device_of:` names the arch target whose file gives everything but the device's own facts
+    (its `device:`, cited under its `sources:`); its name is that arch target's, '-', the device's."""
+    unknown = set(data) - _DEVICE_TARGET_KEYS
+    _require(not unknown, f"unknown key(s) {sorted(unknown)}: a device target states its device only", path,
+             ",".join(sorted(unknown)), f"allowed keys: {sorted(_DEVICE_TARGET_KEYS)}; the rest is its arch target's")
+    for key in ("name", "device", "sources"):
+        _require(key in data, "missing", path, key)
+    of = data["device_of"]
+    arch_names = sorted(n for n, t in arch_targets.items() if t.device_of is None)
+    _require(of in arch_names, f"device_of {of!r} is no arch target", path, "device_of",
+             f"one of {arch_names} (an arch target file: no `device_of:` of its own)")
+    arch = arch_targets[of]
+    name, expected_stem = data["name"], Path(path).stem
+    _require(isinstance(name, str) and bool(TARGET_NAME.match(name)) and name.startswith(of + DEVICE_SEPARATOR),
+             f"bad device target name {name!r}", path, "name",
+             f"name it {of}{DEVICE_SEPARATOR}<device>, e.g. {of}{DEVICE_SEPARATOR}mi308x (letters, digits, '_')")
+    _require(name == expected_stem, f"name {name!r} differs from the file name {expected_stem!r}", path, "name",
+             f"name the file {name}.yaml")
+    device, sources = data["device"], data["sources"]
+    _require(isinstance(device, dict), "must be a mapping of the device's facts", path, "device")
+    _require(isinstance(sources, dict), "must be a mapping of field -> citation", path, "sources")
+    facts = parse_device_facts(device, sources, path, arch.backend, arch=arch)
+    # the arch's citations stay with the numbers it gives; the device's own facts cite the device file
+    own = {f.name for f in dataclasses.fields(DeviceFacts)} - set(ARCH_FACTS)
+    kept = {k: v for k, v in arch.sources.items() if k not in own}
+    return dataclasses.replace(arch, name=name, description=str(data.get("description", "")), device=facts,
+                               sources={**kept, **sources}, path=path, device_of=of)
+
+
 def load_targets(directories: list[Path], *, root: Path | None = None) -> dict[str, Target]:
-    """All targets in the given folders; a later folder's target of the same name replaces an earlier one."""
-    targets: dict[str, Target] = {}
+    """All targets in the given folders; a later folder's target of the same name replaces an earlier one. Device
+    targets load after every arch target, so a project's device may be of a bundled arch."""
+    found: dict[str, tuple[Any, str]] = {}
     for directory in directories:
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.yaml")):
             shown = display_path(path, root)
-            targets[path.stem] = parse_target(load_yaml(path, error=TargetError, display=shown), shown)
-    if not targets:
+            found[path.stem] = (load_yaml(path, error=TargetError, display=shown), shown)
+    if not found:
         raise TargetError("no target files found", path=", ".join(display_path(d, root) for d in directories),
                           fix="add targets/<name>.yaml")
-    return targets
+    is_device = {stem: isinstance(data, dict) and "device_of" in data for stem, (data, _) in found.items()}
+    targets = {stem: parse_target(data, shown) for stem, (data, shown) in found.items() if not is_device[stem]}
+    for stem, (data, shown) in found.items():
+        if is_device[stem]:
+            targets[stem] = parse_device_target(data, shown, targets)
+    return {name: targets[name] for name in sorted(targets)}
+
+
+def selects(pattern: str, target: Target) -> bool:
+    """Whether a pattern (--arch, a case's `targets:`) selects a target: a glob selects arch targets; a device
+    target only by its exact name or by a glob that has the device separator ('gfx942-*', '*-h20')."""
+    if not fnmatch.fnmatchcase(target.name, pattern):
+        return False
+    return target.device_of is None or pattern == target.name or DEVICE_SEPARATOR in pattern
 
 
 def select_targets(known: dict[str, Target], patterns: list[str] | None) -> list[Target]:
-    """Targets named by names or globs, in a stable order; an unknown name suggests the closest."""
+    """Targets named by names or globs (`selects`), in a stable order; none: every arch target (the default
+    selection has no device target); an unknown name suggests the closest."""
     if not patterns:
-        return [known[name] for name in sorted(known)]
+        return [known[name] for name in sorted(known) if known[name].device_of is None]
     chosen: dict[str, Target] = {}
     for pattern in patterns:
         for piece in (p.strip() for p in pattern.split(",")):
             if not piece:
                 continue
-            matched = [name for name in sorted(known) if fnmatch.fnmatchcase(name, piece)]
+            matched = [name for name in sorted(known) if selects(piece, known[name])]
             if not matched:
                 raise unknown_target(piece, known)
             for name in matched:
