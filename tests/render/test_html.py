@@ -461,3 +461,19 @@ def test_no_element_overlaps_another_in_headless_chromium(tmp_path, width):
     assert panels and int(panels.group(1)) >= 2               # the source-line table and the stream diff, measured
     found = json.loads(html_unescape(re.search(r'data-overlaps="([^"]*)"', dom).group(1)))
     assert found == [], f"at {width} px: {found}"
+
+
+def test_what_each_target_resolved_is_shown_with_the_targets_that_bound_it():
+    """A reviewer sees gfx942 bind 304 SMs where sm_90 binds 132, and which config each target's autotuner kept."""
+    cells = [_verdict("persist", "a", target, changed=False) for target in ("gfx942", "gfx942-mi308x", "sm_90")]
+    facts = {"gfx942": 304, "gfx942-mi308x": 80, "sm_90": 132}
+    for v in cells:
+        v.head.resolved = {"config": "config 1 (BLOCK=64)" if v.target != "sm_90" else "config 3 (BLOCK=128)",
+                           "platform": {"multiprocessor_count": facts[v.target]}}
+    cells[1].head.resolved["notes"] = ["kpack=2 compiles as 1, as a launch does"]
+    page = html_unescape(re.sub(r"<[^>]+>", "", render_html(_report(cells)).split('id="resolved"')[1]
+                                .split("</section>")[0]))
+    assert "persist:aconfigconfig 1 (BLOCK=64) (gfx942, gfx942-mi308x) · config 3 (BLOCK=128) (sm_90)" in page
+    assert "multiprocessor_count132 (sm_90) · 304 (gfx942) · 80 (gfx942-mi308x)" in page
+    assert "persist:a@gfx942-mi308x: kpack=2 compiles as 1" in page
+    assert 'id="resolved"' not in render_html(_report([_verdict("plain", "a", "gfx942", changed=False)]))
