@@ -341,3 +341,32 @@ def test_a_parsed_golden_is_never_read_through_a_link(tmp_path):
     folder.mkdir(parents=True)
     (folder / f"{digest}.json").symlink_to(planted)
     assert store.parse(text, path="g.yaml", error=GoldenError) == {"a": 1}
+
+
+def test_a_rewritten_parsed_golden_is_never_the_goldens_parse(tmp_path):
+    """Issue 36, finding 3: the store's parse of a golden text was trusted by its file name; one rewritten entry (a
+    forged `code_sha256`) made a changed kernel exit 0 in `check --no-cache` and the PR gate."""
+    import json
+
+    from xisa.errors import GoldenError
+    from xisa.golden.material import MaterialStore
+
+    store = MaterialStore(tmp_path / "review")
+    text = "code_sha256: aaaa\nsha256: bbbb\n"
+    assert store.parse(text, path="g.yaml", error=GoldenError) == {"code_sha256": "aaaa", "sha256": "bbbb"}
+    [entry] = (tmp_path / "review" / "parsed").rglob("*.json")
+    kept = json.loads(entry.read_text())
+    kept["parsed"]["code_sha256"] = "cccc"   # the head's fingerprint: the golden would say "same"
+    entry.write_text(json.dumps(kept))
+    assert MaterialStore(tmp_path / "review").parse(text, path="g.yaml", error=GoldenError)["code_sha256"] == "aaaa"
+
+
+def test_a_review_store_someone_else_can_write_is_refused_as_the_result_cache_is(tmp_path):
+    from xisa.errors import GoldenError, ToolchainError
+    from xisa.golden.material import MaterialStore
+
+    store = MaterialStore(tmp_path / "review")
+    store.parse("a: 1\n", path="g.yaml", error=GoldenError)
+    (tmp_path / "review" / "parsed").chmod(0o777)
+    with pytest.raises(ToolchainError, match=r"review/parsed: the cache folder is writable by group or others"):
+        MaterialStore(tmp_path / "review").parse("a: 1\n", path="g.yaml", error=GoldenError)

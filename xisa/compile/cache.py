@@ -159,11 +159,12 @@ def open_cache_folder(cache_dir: Path) -> None:
         raise ToolchainError(f"cannot use {cache_dir} as xisa's cache: {exc.strerror}", field="XISA_CACHE_DIR",
                              fix="point XISA_CACHE_DIR (or [tool.xisa] cache) at a writable folder") from None
     check_private(cache_dir, info, "cache folder")
-    for name in (RESULTS, BACKEND, FRONTEND, LOADS):
-        _check_subfolder(cache_dir / name)
+    for name in (RESULTS, BACKEND, FRONTEND, LOADS, REVIEW):
+        check_cache_subfolder(cache_dir / name)
 
 
-def _check_subfolder(path: Path) -> None:
+def check_cache_subfolder(path: Path) -> None:
+    """Refuse a store folder of the cache that is not this user's alone (a missing one is fine: it is made so)."""
     try:
         info = path.lstat()
     except FileNotFoundError:
@@ -218,7 +219,7 @@ class EntryStore:
         """The body of `key`'s entry, None when absent or corrupt."""
         path = self.path(key)
         if path.parent not in self._checked:
-            _check_subfolder(path.parent)
+            check_cache_subfolder(path.parent)
             self._checked.add(path.parent)
         raw = read_entry(path)
         if raw is None:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from xisa.compile.cache import REVIEW, REVIEW_LINES, REVIEW_PARSED, REVIEW_STREAMS
+from xisa.compile.cache import REVIEW, REVIEW_LINES, REVIEW_PARSED, REVIEW_STREAMS, check_cache_subfolder
 from xisa.compile.result import CellResult
 from xisa.fsio import write_atomic
 from xisa.yamlio import parse_yaml
@@ -47,6 +47,15 @@ class MaterialStore:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.wrote = False   # an entry was written (`xisa.api.workspace.trim_written` trims after the command)
+        self._trusted = False
+
+    def _trust(self) -> None:
+        """Refuse, as the result cache does, a store someone else could write (read by `check --no-cache` and the
+        PR gate, which open no result cache): once a store."""
+        if not self._trusted:
+            for folder in (self.folder, *(self.folder / kind for kind in (_STREAMS, _LINES, REVIEW_PARSED))):
+                check_cache_subfolder(folder)
+            self._trusted = True
 
     @classmethod
     def in_cache(cls, cache_dir: Path) -> "MaterialStore":
@@ -56,6 +65,7 @@ class MaterialStore:
         return self.folder / kind / digest[:2] / f"{digest}{suffix}"
 
     def _read(self, path: Path, digest: str) -> str | None:
+        self._trust()
         if any(os.path.islink(p) for p in (self.folder, path.parent.parent, path.parent, path)):
             return None      # never read through a link
         try:
@@ -122,19 +132,27 @@ class MaterialStore:
             return kept
         data = parse_yaml(text, path=path, error=error)
         with contextlib.suppress(OSError, TypeError, ValueError):
-            payload = json.dumps({"parsed": data}, ensure_ascii=False, separators=(",", ":"))
-            if _same(json.loads(payload)["parsed"], data):
-                self._put(entry, payload)
+            if _same(json.loads(json.dumps(data, ensure_ascii=False)), data):
+                self._put(entry, json.dumps({"parsed": data, "sha256": _parsed_digest(digest, _canonical(data))},
+                                            ensure_ascii=False, separators=(",", ":")))
         return data
 
     def _read_parsed(self, path: Path) -> Any:
+        """An entry whose parse hashes, with its name, to the digest it holds: one rewritten or damaged is no
+        parse of the golden's text (the text is parsed again)."""
+        self._trust()
         if any(os.path.islink(p) for p in (self.folder, path.parent.parent, path.parent, path)):
             return _NONE     # never read through a link
         try:
             kept = json.loads(path.read_bytes())
         except (OSError, ValueError):
             return _NONE
-        if not isinstance(kept, dict) or set(kept) != {"parsed"}:
+        if not isinstance(kept, dict) or set(kept) != {"parsed", "sha256"}:
+            return _NONE
+        try:
+            if kept["sha256"] != _parsed_digest(path.name.partition(".")[0], _canonical(kept["parsed"])):
+                return _NONE
+        except (TypeError, ValueError):
             return _NONE
         with contextlib.suppress(OSError):
             os.utime(path)
@@ -180,6 +198,15 @@ def _parser_identity() -> str:
     digest = hashlib.sha256(Path(yamlio.__file__).read_bytes())
     digest.update(f"{yaml.__version__} {getattr(yaml, '__with_libyaml__', False)}".encode())
     return digest.hexdigest()[:16]
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _parsed_digest(text_digest: str, canonical: str) -> str:
+    """What a parsed entry holds beside its parse: the digest of the golden text it is named by and of the parse."""
+    return hashlib.sha256(f"{text_digest}\0{canonical}".encode("utf-8")).hexdigest()
 
 
 def _same(a: Any, b: Any) -> bool:
