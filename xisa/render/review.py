@@ -82,13 +82,20 @@ def judgement_line(report, *, code: str = "`") -> str:
 
 
 OUTCOME_LABEL = {0: "pass", 1: "fail", 2: "untrusted"}
+_OUTCOME_STYLE = {0: "green", 1: "bold red", 2: "bold red"}
 
 
-def outcome_sentence(report, code: int, *, base: str | None = None) -> str:
+def outcome_line(report) -> str:
+    """The outcome as every renderer states it: `fail: 2 cells changed outside the declared scope gfx942 (exit 1)`."""
+    return f"{outcome_sentence(report)} (exit {report.exit_code})"
+
+
+def outcome_sentence(report) -> str:
     """The command's outcome and why, as one sentence: `pass: 13 changed cells, all in scope gfx942`,
-    `fail: 2 cells changed outside the declared scope gfx942`, `untrusted: 1 cell could not be judged`. `code`
-    is what the command exits with; where it is milder than the report's own (against --base a change is
-    reported, not failed), the sentence says so; `base`: the revision, where the report does not carry it."""
+    `fail: 2 cells changed outside the declared scope gfx942`, `untrusted: 1 cell could not be judged`. The
+    outcome is the report's own exit code (`CheckReport.exit_code`, the one home of the verdict), which every
+    command that judged the report exits with."""
+    code = report.exit_code
     counts = report.counts()
     scopes = ", ".join(report.scopes)
     errors = counts.get(ERROR, 0) + sum(1 for v in report.stale_goldens if v.verdict == ERROR)
@@ -123,12 +130,7 @@ def outcome_sentence(report, code: int, *, base: str | None = None) -> str:
     if code == 2 or (untrusted and code != 0):
         return f"{label}: {' and '.join(untrusted or failing or ['the result cannot be trusted'])}"
     if failing:
-        reason = "; ".join(failing)
-        if code == 0:
-            base = base or (report.base or {}).get("revision")
-            return f"{label}: {reason}, " + (f"reported and not failed against --base {base}" if base
-                                              else "reported and not failed by this command")
-        return f"{label}: {reason}"
+        return f"{label}: {'; '.join(failing)}"
     if code != 0:
         return f"{label}: exit code {code}"
     changed = sum(1 for v in report.verdicts if Verdict(v.verdict).scoped(v.judged_by_scope) and v.in_scope)
@@ -232,8 +234,14 @@ def _check_header(counts: list[str], isa: str, *, code: bool) -> list[str]:
 MARKDOWN_LOOPS = 3     # changed loops per cell in a PR comment; the HTML report has them all
 
 
+def markdown_outcome(report) -> str:
+    sentence = outcome_sentence(report).replace("*", "\\*")
+    return f"**{sentence}** (exit {report.exit_code})"
+
+
 def render_markdown(report, *, counts: list[str], title: str, accept: list[str] | None = None) -> str:
-    lines = [f"### {title}", "", f"**{summary_line(report)}**", "", f"_{judgement_line(report)}_", ""]
+    lines = [f"### {title}", "", markdown_outcome(report), "", f"**{summary_line(report)}**", "",
+             f"_{judgement_line(report)}_", ""]
     if getattr(report, "sides", None):
         lines += [*target_summary_table(report), ""]
     for problem in report.problems:
@@ -398,6 +406,7 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
             console.print(Text(line))
     for command in accept or []:
         console.print(Text(f"to accept: {command}"))
+    console.print(Text(f"outcome: {outcome_line(report)}", style=_OUTCOME_STYLE.get(report.exit_code, "")))
 
 
 # Characters XML 1.0 cannot hold, even escaped (C0 controls but tab, newline and carriage return;
