@@ -26,6 +26,8 @@ def shards_payload(outcome: ShardsOutcome) -> dict:
             "mean_seconds": round(outcome.mean_seconds, 3), "slowest_over_mean": round(outcome.slowest_over_mean, 4),
             "slowest_wall_seconds": round(outcome.slowest_wall_seconds, 3),
             "matrix": list(range(1, outcome.count + 1)),
+            # the whole selection, found apart from the split: a CI checks that the shards cover it exactly, once
+            "cell_ids": list(outcome.selected),
             "shards": [{"index": s.index, "cells": s.cells, "seconds": round(s.seconds, 3), "cell_ids": s.cell_ids}
                        for s in outcome.loads]}
 
