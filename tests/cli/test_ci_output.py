@@ -4,6 +4,7 @@ parallel-job variables, and `xisa shards --format json` listing each shard's cel
 from __future__ import annotations
 
 import json
+import sys
 import threading
 
 import pytest
@@ -12,7 +13,7 @@ from support import copy_tinyproj, xisa_process
 from xisa import __version__
 from xisa.compile.result import CellResult
 from xisa.errors import UsageError
-from xisa.render.progress import LineProgress, line_progress, progress_interval
+from xisa.render.progress import Heartbeat, LineProgress, line_progress, progress_interval
 from xisa.spec.shard import shard_from_environment
 
 OK = CellResult(kernel="k", case="c", target="gfx942", status="ok")
@@ -67,6 +68,26 @@ def test_the_timer_writes_while_no_cell_finishes():
     with line_progress(10, interval=0.01, write=write):
         assert seen.wait(60), "no progress line from the timer"
     assert lines[0].startswith("xisa: 0/10 cells, ") and lines[-1].endswith("(done)")
+
+
+def test_a_capture_says_it_is_running_and_keeps_quiet_while_cells_are_counted():
+    """The program `xisa capture` runs has no cells to count: a heartbeat says it runs, every interval; while the
+    new cases compile, their own progress lines speak instead."""
+    clock, lines = FakeClock(), []
+    beat = Heartbeat("capture: the command is running", write=lines.append, interval=10, clock=clock)
+    clock.now += 9
+    beat.tick()
+    assert lines == []
+    clock.now += 1
+    beat.tick()
+    assert lines == ["xisa: capture: the command is running, 10 s"]
+    with line_progress(5, interval=3600, write=lines.append):
+        clock.now += 10
+        beat.tick()
+    assert lines == ["xisa: capture: the command is running, 10 s"]
+    clock.now += 10
+    beat.tick()
+    assert lines[-1] == "xisa: capture: the command is running, 30 s"
 
 
 @pytest.mark.parametrize("value,seconds", [(None, 10.0), ("2.5", 2.5), ("0", 0.0), ("soon", 10.0), ("-1", 10.0)])
@@ -139,3 +160,11 @@ def test_buildkite_parallel_job_is_a_shard(environ, shard):
 def test_a_broken_buildkite_pair_is_refused(environ, said):
     with pytest.raises(UsageError, match=said):
         shard_from_environment(environ)
+
+
+def test_capture_writes_heartbeat_lines_to_a_log(tmp_path):
+    project = copy_tinyproj(tmp_path / "proj")
+    out = xisa_process("capture", "--no-check", "--", sys.executable, "-c", "import time; time.sleep(2)", cwd=project,
+                       env={"XISA_PROGRESS_SECONDS": "0.2"})
+    assert out.code == 2 and "made no Triton kernel launch" in out.err      # the program launched nothing
+    assert "xisa: capture: the command (then the new cases' compile) is running, " in out.err

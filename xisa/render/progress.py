@@ -58,6 +58,58 @@ class LineProgress:
                 self.write(self.line(final=True))
 
 
+_counting = [0]   # LineProgress timers running: a heartbeat keeps quiet while cells are counted
+
+
+class Heartbeat:
+    """A line every `interval` seconds while a long step with no cells to count runs (the program `xisa capture`
+    runs: `xisa: capture: the command is running, 40 s`); quiet while a LineProgress counts cells."""
+
+    def __init__(self, what: str, *, write: Callable[[str], None], interval: float = PROGRESS_SECONDS,
+                 clock: Callable[[], float] = time.monotonic):
+        self.what, self.write, self.interval, self.clock = what, write, interval, clock
+        self.start = self.last = clock()
+
+    def tick(self) -> None:
+        now = self.clock()
+        if now - self.last >= self.interval:
+            self.last = now
+            if not _counting[0]:
+                self.write(f"xisa: {self.what}, {now - self.start:.0f} s")
+
+
+def _ticking(tick: Callable[[], None], interval: float) -> contextlib.AbstractContextManager:
+    """A daemon thread calling `tick` every `interval` (at most every second) until the block ends."""
+    @contextlib.contextmanager
+    def running() -> Iterator[None]:
+        stop = threading.Event()
+
+        def timer() -> None:
+            while not stop.wait(min(max(interval, 0.01), 1.0)):
+                tick()
+
+        thread = threading.Thread(target=timer, name="xisa-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    return running()
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, *, enabled: bool | None = None) -> Iterator[None]:
+    """Heartbeat lines on stderr where it is not a terminal (a terminal shows the program's own output)."""
+    if not (not sys.stderr.isatty() if enabled is None else enabled):
+        yield
+        return
+    interval = progress_interval()
+    with _ticking(Heartbeat(what, write=_write_stderr, interval=interval).tick, interval):
+        yield
+
+
 def progress_interval(environ=os.environ) -> float:
     """Seconds between progress lines: XISA_PROGRESS_SECONDS, else 10 (a bad value is the default: progress
     output never fails a run)."""
@@ -72,19 +124,12 @@ def progress_interval(environ=os.environ) -> float:
 def line_progress(total: int, *, interval: float, write: Callable[[str], None]) -> Iterator[Callable[[CellResult], None]]:
     """LineProgress with its timer thread, which wakes every `interval` (at most every second) to write a line."""
     progress = LineProgress(total, write=write, interval=interval)
-    stop = threading.Event()
-
-    def timer() -> None:
-        while not stop.wait(min(max(interval, 0.01), 1.0)):
-            progress.tick()
-
-    thread = threading.Thread(target=timer, name="xisa-progress", daemon=True)
-    thread.start()
+    _counting[0] += 1
     try:
-        yield progress.advance
+        with _ticking(progress.tick, interval):
+            yield progress.advance
     finally:
-        stop.set()
-        thread.join()
+        _counting[0] -= 1
         progress.finish()
 
 
