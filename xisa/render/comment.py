@@ -12,7 +12,8 @@ The result is never longer than `max_chars`.
 
 from __future__ import annotations
 
-from xisa.render.review import judgement_line, markdown_outcome, render_markdown, summary_line, verdict_label
+from xisa.render.outcome import markdown_outcome
+from xisa.render.review import judgement_line, render_markdown, summary_line, verdict_label
 
 # GitHub's limit is 65,536 characters; the default leaves room for a line a workflow appends (the artifact's link).
 MARKDOWN_MAX_CHARS = 60000

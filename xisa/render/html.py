@@ -216,7 +216,8 @@ def _page_header(report: CheckReport, *, title: str, exit_note: str, accept: lis
     """The title; one line with the command's outcome and why (the cells outside the scope linked in it);
     the summary; the exit code and what it rests on; the sides of an A/B; what cannot be trusted; and the
     commands that accept the goldens."""
-    from xisa.render.review import outcome_sentence, summary_line
+    from xisa.render.outcome import outcome_sentence
+    from xisa.render.review import summary_line
 
     # One line: the outcome and why (colour of the exit code), the cells out of scope linked after it.
     code = report.exit_code
