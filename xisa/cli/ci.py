@@ -15,7 +15,8 @@ from xisa.cli.options import ArchOption, KernelOption, SpecOption, stdout
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 
 TimingsOption = Annotated[Optional[Path], typer.Option(
-    "--timings", help="Recorded seconds per cell ({cell id: seconds}, the timings.json of xisa's cache): shards are "
+    "--timings", help="Recorded seconds per cell ({cell id: seconds}): every compile records them in timings.json "
+                      "of xisa's cache folder (XISA_CACHE_DIR; `xisa cache info` prints it); pass a copy. Shards are "
                       "split longest-first by them, the same on every machine (without it: by cell hash).")]
 
 
