@@ -1,6 +1,6 @@
 """Benchmark: what `xisa ab` costs against one cold `xisa check`, side by side in one run.
 
-    python bench/ab.py                                   # the corpus; side B: /work/venv-t39 if present, else a knob
+    python bench/ab.py                                   # the corpus; side B: ../venv-t39 if present, else a knob
     python bench/ab.py --arch gfx942 --arch sm_90        # a subset
     python bench/ab.py --b-python ../venv-3.9/bin/python --b-env TRITON_HIP_USE_BLOCK_PINGPONG=1
     python bench/ab.py --both-cold                       # also `xisa ab` with nothing cached, against two cold checks
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SECOND_VENV = Path("/work/venv-t39/bin/python")
+SECOND_VENV = REPO.parent / "venv-t39" / "bin" / "python"   # beside the checkout, as docs/ab.md makes it
 
 
 def timed(command: list[str], cache: Path, extra_env: dict[str, str] | None = None) -> tuple[float, int, str]:

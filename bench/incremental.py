@@ -5,7 +5,7 @@ An adopter of fla-core 0.6.0 (its `__init__` imports every op, so each kernel's 
     python bench/incremental.py                                   # the fla-core wheel of /work/main/.libs
     python bench/incremental.py --wheel PATH --arch gfx942 --arch sm_90
 
-Installs the wheel (and einops) into a folder on PYTHONPATH, captures specs the way the README's fla section does
+Installs the wheel (and einops) into a folder on PYTHONPATH, captures specs the way docs/capture.md's fla section does
 (`xisa capture --no-run --config-policy first` of examples/fla/run_fla.py), then times `xisa check` on the same
 cells: cold (empty cache), warm, after a one-line edit to one kernel, with the edit restored, after an unrelated
 `pip install` (into a folder that is on PYTHONPATH from the start), and after a comment edit elsewhere in the package.

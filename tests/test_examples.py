@@ -144,9 +144,9 @@ def test_the_cache_key_is_the_configured_inputs_digest():
 
 
 def test_the_readme_says_what_the_workflow_does():
-    """The README's figures for the matrix and the key are the workflow's."""
+    """The PR gate page's figures for the matrix and the key are the workflow's."""
     wf = _load(WORKFLOW)
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "pr-gate.md").read_text()
     assert f'XISA_SHARD_SECONDS: "{wf["env"]["XISA_SHARD_SECONDS"]}"' in readme
     assert "xisa shards --max-seconds" in readme and "`xisa-<os>-$(xisa cache key)`" in readme
 
@@ -309,8 +309,10 @@ def test_pre_commit_hook_structure():
     assert hook["pass_filenames"] is False and hook["language"] == "system"
     pattern = re.compile(hook["files"])
     # pyproject.toml too: `[tool.xisa]` moves the specs, targets and goldens the check reads.
+    # captured/ too: `xisa capture`'s default folder, whose specs a project commits like kernels/.
     assert all(pattern.search(p) for p in ("kernels/gemm.yaml", "golden/gemm/f16/gfx942.isa", "targets/gfx942.yaml",
-                                           "pyproject.toml"))
+                                           "pyproject.toml", "captured/matmul_kernel.yaml",
+                                           "captured/generated/_gen_module_x.py"))
     assert not pattern.search("README.md") and not pattern.search("src/kernels/x.py")
     assert not pattern.search("docs/pyproject.toml")
     remote, local = (yaml.safe_load(block)["repos"][0]

@@ -32,6 +32,17 @@ def _installed_triton() -> str | None:
         return None
 
 
+def version_line() -> str:
+    """`xisa --version`: xisa's version and the toolchain it would compile with (read from the installed
+    packages' metadata: nothing is imported), for a CI log."""
+    import platform
+
+    from xisa import __version__
+
+    return (f"xisa {__version__} (triton {_installed_triton() or 'not installed'}, "
+            f"python {platform.python_version()})")
+
+
 def _backends() -> list[str]:
     try:
         from triton import backends

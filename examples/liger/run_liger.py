@@ -1,5 +1,5 @@
 """A few Liger Kernel ops forward and backward on small tensors, compared with torch: what an adopter runs under
-`xisa capture` (README, "Adopting a library from PyPI"). On a GPU the launches are real; without one, run it
+`xisa capture` (docs/capture.md, "Adopting a library from PyPI"). On a GPU the launches are real; without one, run it
 under TRITON_INTERPRET=1 (CPU tensors). Each op is tried on its own: one that fails is reported, the others go on."""
 import os
 

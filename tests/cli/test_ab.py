@@ -7,6 +7,7 @@ The knob that changes code here is AMDGCN_USE_BUFFER_OPS=0: tinyproj's `scale:bi
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from support import gfx11_branch_change
+from support import REPO, gfx11_branch_change
 
 CELL = ("--arch", "gfx942", "--kernel", "scale:big")
 NO_BUFFER_OPS = ("--b-env", "AMDGCN_USE_BUFFER_OPS=0")
@@ -186,10 +187,15 @@ def test_a_python_that_cannot_run_is_never_given_itself_as_the_fix(run_xisa_in_p
         in fix_of(text)
 
 
-@pytest.mark.skipif(not Path("/work/venv-t39/bin/python").exists(), reason="no second virtual environment "
-                    "(/work/venv-t39 with Triton 3.9) on this machine")
+# A virtual environment with Triton 3.9 beside the checkout (docs/ab.md makes it: ../venv-t39), or one named by
+# XISA_TEST_B_PYTHON.
+B_PYTHON = Path(os.environ.get("XISA_TEST_B_PYTHON") or REPO.parent / "venv-t39" / "bin" / "python")
+
+
+@pytest.mark.skipif(not B_PYTHON.exists(), reason="no second virtual environment with Triton 3.9 (../venv-t39 beside "
+                                                  "the checkout, or XISA_TEST_B_PYTHON)")
 def test_another_triton_is_described_and_compared(run_xisa, tinyproj):
-    out = run_xisa("ab", *CELL, "--b-python", "/work/venv-t39/bin/python", "--format", "json", cwd=tinyproj)
+    out = run_xisa("ab", *CELL, "--b-python", str(B_PYTHON), "--format", "json", cwd=tinyproj)
     assert out.code in (0, 1), out.err
     sides = json.loads(out.out)["sides"]
     assert sides["b"]["toolchain"]["triton"].startswith("3.9") and sides["a"]["toolchain"]["triton"] != \

@@ -108,11 +108,10 @@ def test_one_header_line_says_the_outcome_and_why():
     assert _outcome(page) == ("1 fail: 2 cells changed outside the declared scope gfx942: "
                               "k:c0@gfx90a, k:c1@sm_90")
     assert "isolation violated" not in page and "(pass)" not in page
-    # The same cells against a base revision: reported, not failed; the one line says so.
+    # The same cells against a base revision: the gate fails them as `xisa diff` does (one verdict, every renderer).
     leaked.base = {"revision": "origin/main", "commit": "0" * 40, "compared": "goldens"}
-    assert _outcome(render_html(leaked, exit_code=0)) == (
-        "0 pass: 2 cells changed outside the declared scope gfx942, reported and not failed against --base "
-        "origin/main: k:c0@gfx90a, k:c1@sm_90")
+    assert _outcome(render_html(leaked)) == ("1 fail: 2 cells changed outside the declared scope gfx942: "
+                                             "k:c0@gfx90a, k:c1@sm_90")
     assert _outcome(render_html(_report(same * 1))) == "0 pass: 1 cell byte-identical"
     assert _outcome(render_html(_report([*same, _verdict("k", "c1", "gfx950", changed=False)]))) == \
         "0 pass: all 2 cells byte-identical"
@@ -240,22 +239,21 @@ def test_report_against_a_git_revision(run_xisa, tinyproj, tmp_path):
     against_golden = run_xisa("report", "--html", str(page), cwd=tinyproj)
     assert against_golden.code == 0 and "byte-identical: gfx1100, gfx1201, gfx942 (8 cells)" in against_golden.out
     out = run_xisa("report", "--html", str(page), "--base", "HEAD", "--scope", "gfx1100", cwd=tinyproj)
-    assert out.code == 0, out.err                            # like `xisa diff`: 0 unless untrusted
+    assert out.code == 0, out.err                            # like `xisa diff`: the change is in its scope
     text = page.read_text()
     assert "<title>xisa: ISA against HEAD</title>" in text
     assert 'class="cell v-changed in-scope" data-cell="scale:big@gfx1100"' in text
     assert '<p class="outcome exit-0" id="outcome">pass: 2 changed cells, all in scope gfx1100</p>' in text
-    # Out of scope the cells violate isolation, yet the command exits 0: one line says both, as one sentence
-    # (it was a green "exit code 0 (pass)" above a red "isolation violated" banner).
+    # Out of scope the cells violate isolation: the page fails them as `xisa diff --base HEAD` does (exit 1), in
+    # one line (it was a green "pass: ..., reported and not failed" while the gate exited 1).
     out = run_xisa("report", "--html", str(page), "--base", "HEAD", cwd=tinyproj)
     text = page.read_text()
-    assert out.code == 0 and "isolation violated" not in text
-    assert re.search(r'<p class="outcome exit-0" id="outcome">pass: 2 cells changed and no scope is declared, '
-                     r'reported and not failed against --base HEAD: <span id="isolation">'
-                     r'<a href="#open=scale:big@gfx1100">scale:big@gfx1100</a>, ', text)
+    assert out.code == 1 and "isolation violated" not in text
+    assert re.search(r'<p class="outcome exit-1" id="outcome">fail: 2 cells changed and no scope is declared: '
+                     r'<span id="isolation"><a href="#open=scale:big@gfx1100">scale:big@gfx1100</a>, ', text)
     assert text.count('class="outcome') == 1 and 'class="problem"' not in text
-    assert re.search(r'exit code <b id="exit-code">0</b> <span id="exit-note">', text)
-    assert "regression" not in text
+    assert re.search(r'exit code <b id="exit-code">1</b> ·', text)
+    assert "reported and not failed" not in text
     bad = run_xisa("report", "--html", str(page), "--base", "no-such-rev", cwd=tinyproj)
     assert bad.code == 2 and "no-such-rev" not in page.read_text()
 

@@ -27,7 +27,10 @@ class AbOutcome:
     the same, 1 a cell changed (or, against the goldens, has none or has no cell), 2 a side failed."""
 
     report: Any      # xisa.golden.ab.AbReport
-    exit_code: int
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code
 
 
 @keeps_cache_bounded
@@ -95,4 +98,4 @@ def ab(selection: Selection, *, a, b, options: RunOptions = RunOptions(), progre
     report = judge_ab(b_results, a_goldens=a_goldens, a_errors=a_errors, a_is_goldens=a.golden,
                       selected_targets={t.name for t in chosen}, kernel_filters=selection.kernel,
                       sides=[a, b], selection=described)
-    return AbOutcome(report=report, exit_code=report.exit_code)
+    return AbOutcome(report=report)

@@ -13,7 +13,7 @@ from xisa.api.selection import Selection
 from xisa.api.workspace import Workspace, keeps_cache_bounded, validate_scopes
 from xisa.compile.cache import TIMINGS
 from xisa.compile.runner import RunOptions
-from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, UsageError
+from xisa.errors import UsageError
 from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import UNUSED, CellVerdict, build_report
 from xisa.spec.capture_kept import kept_source_notes
@@ -66,21 +66,9 @@ def refuse_live_timings(selection: Selection, ws: Workspace) -> None:
 @keeps_cache_bounded
 def review(selection: Selection, *, base: str | None = None, options: RunOptions = RunOptions(),
            progress: Progress = no_progress) -> CheckOutcome:
-    """`xisa report --html`: without `base`, the check's verdicts and exit code; with it, the selection
-    against BASE's goldens, failing only when the result cannot be trusted (a review, not a gate)."""
-    validate_scopes(selection.scope)
-    ws = selection.workspace()
-    validate_scopes(selection.scope, ws)
-    run = compile_selection(ws, selection, options=options, progress=progress)
-    if base is None:
-        return outcome(judge(ws, run, kernel_filters=selection.kernel, scopes=selection.scope), ws, selection, run)
-    from xisa.spec import gitrev
-
-    with gitrev.goldens_at(base, ws.project, golden=selection.golden) as base_dir:
-        report = judge(ws, run, kernel_filters=selection.kernel, scopes=selection.scope, golden_dir=base_dir,
-                       display_root=base_dir)
-    return CheckOutcome(report=report, accept=None, exit_code=EXIT_UNTRUSTED if report.exit_code == EXIT_UNTRUSTED
-                        else EXIT_OK, failure_lines=run.failure_lines())
+    """`xisa report --html`: the verdicts and exit code of `xisa check` (without `base`) or of the gate
+    `xisa diff --base BASE` (with it), judged by the same call, so the page can never say otherwise."""
+    return check(selection, base=base, options=options, progress=progress)
 
 
 def unused_goldens(ws: Workspace, chosen: list[Target], cells: list[Cell], *, kernel_filters: list[str] | None,

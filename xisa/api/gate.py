@@ -75,8 +75,7 @@ def gate(base: str, selection: Selection, *, compile_base: bool = False, options
             report = judged(GoldenSet.for_results(base_dir, run.results, display_root=base_dir.parent, owner=base,
                                                   material=ws.material))
     stale = dataclasses.replace(report, verdicts=report.stale_goldens, stale_goldens=[], base=None)
-    return CheckOutcome(report=report, accept=bless_commands(stale, ws, whole),
-                        exit_code=report.exit_code, failure_lines=run.failure_lines())
+    return CheckOutcome(report=report, accept=bless_commands(stale, ws, whole), failure_lines=run.failure_lines())
 
 
 def _open_base(stack: contextlib.ExitStack, ws: Workspace, commit: str, *, spec: list[Path] | None):

@@ -18,13 +18,17 @@ from xisa.spec.shard import ShardPlan
 
 @dataclass
 class CheckOutcome:
-    """A report, the `xisa bless` commands that accept what it found (None: none offered), the exit code,
-    and the compile's failed expectations as lines (`Run.failure_lines`)."""
+    """A report, the `xisa bless` commands that accept what it found (None: none offered), and the compile's
+    failed expectations as lines (`Run.failure_lines`)."""
 
     report: CheckReport
     accept: list[str] | None
-    exit_code: int
     failure_lines: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """The report's own verdict (`CheckReport.exit_code`): no command exits with another than its renderers state."""
+        return self.report.exit_code
 
 
 def judge(ws: Workspace, run: Run, *, kernel_filters: list[str] | None, scopes: list[str] | None,
@@ -48,5 +52,4 @@ def bless_commands(report: CheckReport, ws: Workspace, selection: Selection) -> 
 
 def outcome(report: CheckReport, ws: Workspace, selection: Selection, run: Run) -> CheckOutcome:
     """A check's outcome: its report, the commands accepting what it found, its exit code, the run's failures."""
-    return CheckOutcome(report=report, accept=bless_commands(report, ws, selection), exit_code=report.exit_code,
-                        failure_lines=run.failure_lines())
+    return CheckOutcome(report=report, accept=bless_commands(report, ws, selection), failure_lines=run.failure_lines())

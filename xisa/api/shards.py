@@ -31,6 +31,7 @@ class ShardsOutcome:
     cores: int                   # cores of one runner, for the wall estimate
     loads: list[ShardLoad]
     recorded: int                # cells of the selection with a recorded time (the others weigh the median)
+    selected: tuple[str, ...] = ()   # every cell id of the selection: what the shards together must cover, once
 
     @property
     def count(self) -> int:
@@ -93,7 +94,8 @@ def plan_shards(selection: Selection, *, count: int | None = None, max_wall_seco
 
     def outcome(n: int) -> ShardsOutcome:
         plan = ShardPlan(count=n, weights=weights if timings is not None else None)
-        return ShardsOutcome(method=plan.method, cores=cores, loads=_loads(plan, weights), recorded=recorded)
+        return ShardsOutcome(method=plan.method, cores=cores, loads=_loads(plan, weights), recorded=recorded,
+                             selected=tuple(ids))
 
     if count is not None:
         return outcome(count)

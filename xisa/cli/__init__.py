@@ -15,6 +15,8 @@ import sys
 import threading
 import warnings
 
+from typing import Annotated
+
 import typer
 
 from xisa.cli.ab import ab, ab_side
@@ -27,12 +29,28 @@ from xisa.cli.inspect import cache_clear, cache_info, kernels, targets
 from xisa.cli.report import report
 from xisa.cli.ci import cache_key, shards
 from xisa.compile.runner import TORCH_WITHOUT_NUMPY
+from xisa.doctor import version_line
 from xisa.errors import XisaError, interrupted
 
 app = typer.Typer(
     name="xisa", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Cross-compile Triton kernels ahead of time and guard their machine code per architecture.",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print xisa's version and the toolchain's, and exit.")] = False
+             ) -> None:
+    """Cross-compile Triton kernels ahead of time and guard their machine code per architecture."""
+
+
 cache_app = typer.Typer(help="The result cache private to xisa.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 for name, command in (("check", check), ("bless", bless), ("diff", diff), ("merge", merge),

@@ -58,7 +58,7 @@ def ab(
         from xisa.render.html import render_html, write_html
 
         write_html(html, render_html(outcome.report, title="xisa ab: " + " vs ".join(
-            side.describe() for side in outcome.report.sides), exit_code=outcome.exit_code,
+            side.describe() for side in outcome.report.sides),
             exit_note="golden = side A, head = side B", loop_estimates=api.loop_estimates(outcome.report)))
         stderr().print(f"wrote {html}", markup=False)
     raise typer.Exit(outcome.exit_code)

@@ -11,7 +11,7 @@ from xisa import api
 from xisa.api.capture import CONFIG_POLICIES
 from xisa.cli.options import stderr
 from xisa.names import display_path
-from xisa.render.progress import progress_reporter
+from xisa.render.progress import heartbeat, progress_reporter
 
 
 def capture(
@@ -25,8 +25,10 @@ def capture(
     config_policy: Annotated[Optional[str], typer.Option("--config-policy", help="How an autotuner with several configs picks one (the case's `config:`); default: bench where kernels run on a GPU, first under --no-run and TRITON_INTERPRET=1. " + "; ".join(f"{name}: {what}" for name, what in CONFIG_POLICIES.items()) + ".")] = None,
 ) -> None:
     """Run COMMAND and write every Triton kernel launch it makes as spec cases, one per specialization."""
-    outcome = api.capture(command, out=out, spec_names=spec_name, check=not no_check, targets=targets,
-                          progress=progress_reporter, no_run=no_run, config_policy=config_policy, answer_as=answer_as)
+    with heartbeat("capture: the command (then the new cases' compile) is running"):   # a quiet program in a CI log
+        outcome = api.capture(command, out=out, spec_names=spec_name, check=not no_check, targets=targets,
+                              progress=progress_reporter, no_run=no_run, config_policy=config_policy,
+                              answer_as=answer_as)
     cwd = Path.cwd()
     for path, cases in outcome.written:
         typer.echo(f"wrote {display_path(path, cwd)} ({cases} case{'s' if cases != 1 else ''})")

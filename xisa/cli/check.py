@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -21,6 +22,7 @@ from xisa.render.review import render_check_text
 from xisa.render.comment import MARKDOWN_MAX_CHARS, MIN_CHARS
 from xisa.render.reports import render_report
 from xisa.cli.ci import TimingsOption
+from xisa.spec.shard import BUILDKITE_COUNT, BUILDKITE_JOB, shard_from_environment
 
 
 class Format(str, Enum):
@@ -35,7 +37,9 @@ ScopeOption = Annotated[Optional[list[str]], typer.Option(
 FormatOption = Annotated[Format, typer.Option("--format", help="Output format.")]
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to FILE.")]
 CountOption = Annotated[Optional[list[str]], typer.Option("--count", help="Mnemonic or glob column (repeatable).")]
-ShardOption = Annotated[Optional[str], typer.Option("--shard", help="Run only shard I of N: I/N.")]
+ShardOption = Annotated[Optional[str], typer.Option(
+    "--shard", help="Run only shard I of N: I/N. Without it (and without --base), a Buildkite step's "
+                    "BUILDKITE_PARALLEL_JOB and BUILDKITE_PARALLEL_JOB_COUNT give it.")]
 BaseOption = Annotated[Optional[str], typer.Option(
     "--base", help="The PR gate: judge this tree's cells against git revision BASE (e.g. origin/main) with "
                    "--scope, and hold this tree's goldens to its compile.")]
@@ -75,6 +79,11 @@ def check(
 ) -> None:
     """CI gate: every cell against its golden (or, with --base, against a base revision). Exit 0 all well,
     1 regression, 2 untrustworthy."""
+    if shard is None and base is None:
+        shard = shard_from_environment(os.environ)
+        if shard is not None:
+            stderr().print(f"xisa: note: --shard {shard} from {BUILDKITE_JOB} and {BUILDKITE_COUNT}", markup=False,
+                           highlight=False)
     selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope, shard=shard,
                               timings=timings)
     outcome = api.check(selection, base=base, compile_base=compile_base, options=run_options(jobs, timeout, no_cache),

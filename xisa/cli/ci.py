@@ -15,7 +15,8 @@ from xisa.cli.options import ArchOption, KernelOption, SpecOption, stdout
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 
 TimingsOption = Annotated[Optional[Path], typer.Option(
-    "--timings", help="Recorded seconds per cell ({cell id: seconds}, the timings.json of xisa's cache): shards are "
+    "--timings", help="Recorded seconds per cell ({cell id: seconds}): every compile records them in timings.json "
+                      "of xisa's cache folder (XISA_CACHE_DIR; `xisa cache info` prints it); pass a copy. Shards are "
                       "split longest-first by them, the same on every machine (without it: by cell hash).")]
 
 
@@ -26,6 +27,8 @@ def shards_payload(outcome: ShardsOutcome) -> dict:
             "mean_seconds": round(outcome.mean_seconds, 3), "slowest_over_mean": round(outcome.slowest_over_mean, 4),
             "slowest_wall_seconds": round(outcome.slowest_wall_seconds, 3),
             "matrix": list(range(1, outcome.count + 1)),
+            # the whole selection, found apart from the split: a CI checks that the shards cover it exactly, once
+            "cell_ids": list(outcome.selected),
             "shards": [{"index": s.index, "cells": s.cells, "seconds": round(s.seconds, 3), "cell_ids": s.cell_ids}
                        for s in outcome.loads]}
 

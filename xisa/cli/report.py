@@ -18,7 +18,7 @@ from xisa.render.progress import progress_reporter
 def report(
     html_file: Annotated[Path, typer.Option("--html", help="Write the HTML page to FILE.")],
     base: Annotated[Optional[str], typer.Option(
-        "--base", help="Compare against this git revision's goldens (as `xisa diff`) instead of golden/.")] = None,
+        "--base", help="The gate against this git revision (as `xisa diff --base`) instead of golden/.")] = None,
     arch: ArchOption = None, kernel: KernelOption = None, spec: SpecOption = None, scope: ScopeOption = None,
     title: Annotated[Optional[str], typer.Option("--title", help="Page title.")] = None,
     jobs: JobsOption = 0, timeout: TimeoutOption = 600.0, no_cache: NoCacheOption = False,
@@ -27,19 +27,14 @@ def report(
 ) -> None:
     """Render the isolation matrix, histograms, resource deltas and stream diffs as one HTML page.
 
-    Without --base: the same verdicts and exit code as `xisa check`. With --base REV: as `xisa diff`
-    (exit 0 unless the result cannot be trusted)."""
+    Without --base: the same verdicts and exit code as `xisa check`. With --base REV: the gate, the same verdicts
+    and exit code as `xisa diff --base REV` (and `xisa check --base REV`) with the same --scope."""
     selection = api.Selection(arch=arch, kernel=kernel, spec=spec, golden=golden, scope=scope)
     outcome = api.review(selection, base=base,
                          options=run_options(jobs, timeout, no_cache), progress=progress_reporter)
-    if base is None:
-        page_title, note = title or "xisa check", ""
-    else:
-        page_title = title or f"xisa: ISA against {base}"
-        note = f"against --base {base} this command reports changes and fails only when they cannot be trusted"
-    write_html(html_file, render_html(outcome.report, title=page_title, exit_code=outcome.exit_code, exit_note=note,
-                                      accept=outcome.accept, loop_estimates=api.loop_estimates(outcome.report),
-                                      base=base))
+    page_title = title or ("xisa check" if base is None else f"xisa: ISA against {base}")
+    write_html(html_file, render_html(outcome.report, title=page_title, accept=outcome.accept,
+                                      loop_estimates=api.loop_estimates(outcome.report)))
     if not quiet:
         from xisa.render.review import summary_line
 

@@ -12,6 +12,7 @@ The result is never longer than `max_chars`.
 
 from __future__ import annotations
 
+from xisa.render.outcome import markdown_outcome
 from xisa.render.review import judgement_line, render_markdown, summary_line, verdict_label
 
 # GitHub's limit is 65,536 characters; the default leaves room for a line a workflow appends (the artifact's link).
@@ -87,7 +88,8 @@ def _ids_line(label: str, ids: list[str], room: int) -> list[str]:
 
 def _head(report, *, title: str, accept: list[str] | None, room: int) -> list[str]:
     share = int(room * LIST_SHARE)
-    lines = [f"### {title}", "", f"**{summary_line(report)}**", "", f"_{judgement_line(report)}_", ""]
+    lines = [f"### {title}", "", markdown_outcome(report), "", f"**{summary_line(report)}**", "",
+             f"_{judgement_line(report)}_", ""]
     for problem in report.problems[:5]:
         lines += [f"> :warning: {problem[:share // 5]}", ""]
     if len(report.problems) > 5:

@@ -185,19 +185,16 @@ def _fmt_delta(base: int | None, head: int | None) -> str:
     return f"{head - base:+d}"
 
 
-def render_html(report: CheckReport, *, title: str = "xisa report", exit_code: int | None = None,
-                exit_note: str = "", accept: list[str] | None = None,
-                loop_estimates: dict[tuple[str, str, str], str] | None = None, base: str | None = None) -> str:
-    """`exit_code` is what the command exits with (the report's own verdict unless the command's
-    policy differs, as a comparison with --base does); `exit_note` says why, `accept` how to bless;
-    `loop_estimates`: (cell id, function, header) -> llvm-mca's text for a changed loop (`xisa.compile.mca`);
-    `base`: the --base revision the verdicts were judged against, for the outcome line."""
+def render_html(report: CheckReport, *, title: str = "xisa report", exit_note: str = "",
+                accept: list[str] | None = None, loop_estimates: dict[tuple[str, str, str], str] | None = None) -> str:
+    """The page states the report's own exit code (`CheckReport.exit_code`), the one the command exits with;
+    `exit_note` says what the sides are (an A/B), `accept` how to bless; `loop_estimates`: (cell id, function,
+    header) -> llvm-mca's text for a changed loop (`xisa.compile.mca`)."""
     verdicts = list(report.verdicts)
-    code = report.exit_code if exit_code is None else exit_code
     counts = report.counts()
     return "".join([
         _page_head(title),
-        _page_header(report, title=title, code=code, exit_note=exit_note, accept=accept, base=base),
+        _page_header(report, title=title, exit_note=exit_note, accept=accept),
         _filter_bar(counts),
         _matrix(verdicts),
         _resolved(verdicts),
@@ -237,16 +234,17 @@ def _page_head(title: str) -> str:
             f"<title>{_e(title)}</title>\n<style>{_asset('page.css')}</style>\n</head>\n<body>\n")
 
 
-def _page_header(report: CheckReport, *, title: str, code: int, exit_note: str, accept: list[str] | None,
-                 base: str | None) -> str:
+def _page_header(report: CheckReport, *, title: str, exit_note: str, accept: list[str] | None) -> str:
     """The title; one line with the command's outcome and why (the cells outside the scope linked in it);
     the summary; the exit code and what it rests on; the sides of an A/B; what cannot be trusted; and the
     commands that accept the goldens."""
-    from xisa.render.review import outcome_sentence, summary_line
+    from xisa.render.outcome import outcome_sentence
+    from xisa.render.review import summary_line
 
     # One line: the outcome and why (colour of the exit code), the cells out of scope linked after it.
+    code = report.exit_code
     out = [f"<header><h1>{_e(title)}</h1>\n",
-           f"<p class=\"outcome exit-{code}\" id=\"outcome\">{_e(outcome_sentence(report, code, base=base))}"]
+           f"<p class=\"outcome exit-{code}\" id=\"outcome\">{_e(outcome_sentence(report))}"]
     if report.isolation_violations:
         shown = report.isolation_violations[:OUTCOME_CELLS]
         more = len(report.isolation_violations) - len(shown)

@@ -16,7 +16,8 @@ from xisa.analyze.expect import measure
 from xisa.analyze.stages import RECORD_COMMAND
 from xisa.golden.ab import largest_resource_changes, target_summaries
 from xisa.golden.store import golden_files
-from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, Verdict
+from xisa.golden.verdict import Verdict
+from xisa.render.outcome import OUTCOME_STYLE, markdown_outcome, outcome_line
 from xisa.render.formats import NO_ANALYSIS_ISA, arrow, cells_phrase, error_block, fitted_table, grouped_by_message, plural
 from xisa.render.resolved import render_resolution
 
@@ -80,66 +81,6 @@ def judgement_line(report, *, code: str = "`") -> str:
         how = "its kernels compiled" if base["compared"] == "compiled" else "its goldens"
         return f"judged against {code}{base['revision']}{code} ({code}{base['commit'][:12]}{code}, {how}), {scope}"
     return f"judged against the goldens, {scope}"
-
-
-OUTCOME_LABEL = {0: "pass", 1: "fail", 2: "untrusted"}
-
-
-def outcome_sentence(report, code: int, *, base: str | None = None) -> str:
-    """The command's outcome and why, as one sentence: `pass: 13 changed cells, all in scope gfx942`,
-    `fail: 2 cells changed outside the declared scope gfx942`, `untrusted: 1 cell could not be judged`. `code`
-    is what the command exits with; where it is milder than the report's own (against --base a change is
-    reported, not failed), the sentence says so; `base`: the revision, where the report does not carry it."""
-    counts = report.counts()
-    scopes = ", ".join(report.scopes)
-    errors = counts.get(ERROR, 0) + sum(1 for v in report.stale_goldens if v.verdict == ERROR)
-    untrusted = [part for n, part in (
-        (errors, f"{plural(errors, 'cell')} could not be judged (error)"),
-        (len(report.problems), f"{plural(len(report.problems), 'problem')} with the comparison itself"),
-    ) if n]
-    violations = report.isolation_violations
-    failing = []
-    if violations:
-        failing.append(f"{plural(len(violations), 'cell')} changed outside the declared scope {scopes}" if scopes
-                       else f"{plural(len(violations), 'cell')} changed and no scope is declared")
-    others: dict[str, int] = {}
-    outside = {v.id for v in violations}
-    for v in report.verdicts:
-        if v.is_regression and v.id not in outside:
-            others[v.verdict] = others.get(v.verdict, 0) + 1
-    words = {CHANGED: "changed", NEW: "new, without a golden", UNUSED: "unused goldens",
-             Verdict.EXPECT_FAILED: "failing an expectation", Verdict.CANNOT_LAUNCH: "unable to launch"}
-    for verdict in Verdict:
-        if others.get(verdict):
-            n = others[verdict]
-            if verdict == CHANGED and getattr(report, "sides", None):
-                failing.append(f"{plural(n, 'cell')} {'differs' if n == 1 else 'differ'} between the sides")
-            elif verdict == UNUSED:
-                failing.append(plural(n, "unused golden"))
-            else:
-                failing.append(f"{plural(n, 'cell')} {words.get(verdict, verdict)}")
-    if report.stale_goldens and len(report.stale_goldens) > sum(1 for v in report.stale_goldens if v.verdict == ERROR):
-        failing.append(plural(len(report.stale_goldens), "stale golden"))
-    label = OUTCOME_LABEL.get(code, f"exit {code}")
-    if code == 2 or (untrusted and code != 0):
-        return f"{label}: {' and '.join(untrusted or failing or ['the result cannot be trusted'])}"
-    if failing:
-        reason = "; ".join(failing)
-        if code == 0:
-            base = base or (report.base or {}).get("revision")
-            return f"{label}: {reason}, " + (f"reported and not failed against --base {base}" if base
-                                              else "reported and not failed by this command")
-        return f"{label}: {reason}"
-    if code != 0:
-        return f"{label}: exit code {code}"
-    changed = sum(1 for v in report.verdicts if Verdict(v.verdict).scoped(v.judged_by_scope) and v.in_scope)
-    total = len(report.verdicts)
-    if changed:
-        return f"{label}: {plural(changed, 'changed cell')}, all in scope {scopes}" if scopes else \
-            f"{label}: {plural(changed, 'changed cell')}"
-    if total and counts.get(SAME, 0) == total:
-        return f"{label}: {'all ' if total > 1 else ''}{plural(total, 'cell')} byte-identical"
-    return f"{label}: nothing changed" if total else f"{label}: no cells selected"
 
 
 def accept_commands(report, *, kernel_filters: list[str] | None = None, extra_args: list[str] | tuple = (),
@@ -234,7 +175,8 @@ MARKDOWN_LOOPS = 3     # changed loops per cell in a PR comment; the HTML report
 
 
 def render_markdown(report, *, counts: list[str], title: str, accept: list[str] | None = None) -> str:
-    lines = [f"### {title}", "", f"**{summary_line(report)}**", "", f"_{judgement_line(report)}_", ""]
+    lines = [f"### {title}", "", markdown_outcome(report), "", f"**{summary_line(report)}**", "",
+             f"_{judgement_line(report)}_", ""]
     if getattr(report, "sides", None):
         lines += [*target_summary_table(report), ""]
     for problem in report.problems:
@@ -400,6 +342,7 @@ def render_check_text(console: Console, report, *, counts: list[str], quiet: boo
             console.print(Text(line))
     for command in accept or []:
         console.print(Text(f"to accept: {command}"))
+    console.print(Text(f"outcome: {outcome_line(report)}", style=OUTCOME_STYLE.get(report.exit_code, "")))
 
 
 # Characters XML 1.0 cannot hold, even escaped (C0 controls but tab, newline and carriage return;

@@ -15,6 +15,7 @@ import heapq
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -37,6 +38,25 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if not match or not (1 <= int(match.group(1)) <= int(match.group(2))):
         raise UsageError(f"shard {text!r} is not I/N with 1 <= I <= N", field="--shard", fix="e.g. --shard 2/3")
     return int(match.group(1)), int(match.group(2))
+
+
+BUILDKITE_JOB, BUILDKITE_COUNT = "BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT"
+
+
+def shard_from_environment(environ: Mapping[str, str]) -> str | None:
+    """The `I/N` of a Buildkite step with `parallelism: N` (its job index is 0-based, --shard's 1-based), or None
+    outside one. A half-set or malformed pair is refused: a job that checked every cell would hide its split."""
+    job, count = environ.get(BUILDKITE_JOB), environ.get(BUILDKITE_COUNT)
+    if job is None and count is None:
+        return None
+    if job is None or count is None:
+        missing = BUILDKITE_JOB if job is None else BUILDKITE_COUNT
+        raise UsageError(f"{missing} is not set while its pair is", field=missing,
+                         fix="set both (Buildkite's `parallelism` does), or pass --shard I/N")
+    if not (job.strip().isdigit() and count.strip().isdigit() and int(job) < int(count)):
+        raise UsageError(f"{BUILDKITE_JOB}={job!r} and {BUILDKITE_COUNT}={count!r} are not a job 0 to N-1 of N",
+                         field=BUILDKITE_JOB, fix="pass --shard I/N instead")
+    return f"{int(job) + 1}/{int(count)}"
 
 
 def read_timings(path: Path) -> dict[str, float]:
