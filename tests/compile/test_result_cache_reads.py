@@ -244,3 +244,30 @@ def test_a_listed_file_replaced_by_a_folder_of_its_name_is_a_change(tmp_path):
         (root / "kernels" / "plugins" / "a").mkdir()
 
     _cached_is_cold(tmp_path, root, swap)
+
+
+SAVED_DURING_THE_LOAD = """import pathlib
+S = 2.0
+# an editor (or a `git checkout`) saving the file while xisa loads it: the load ran the old code
+_me = pathlib.Path(__file__)
+_me.write_text(_me.read_text().replace("S = 2.0", "S = 3.0"))
+"""
+TABLE_SAVED_DURING_THE_LOAD = """import pathlib
+_table = pathlib.Path(__file__).with_name("scale.txt")
+S = float(_table.read_text())
+_table.write_text("3.0")
+"""
+
+
+@pytest.mark.parametrize("saved", ["kernel", "table"])
+def test_a_file_saved_while_the_load_reads_it_is_never_recorded_as_read(tmp_path, saved):
+    """Issue 36, finding 1: the depfile hashed files after the load, not the bytes read: a kernel file saved while a
+    check loaded it was recorded under its new hash with the old code, and every later warm check answered 0."""
+    reads = SAVED_DURING_THE_LOAD if saved == "kernel" else TABLE_SAVED_DURING_THE_LOAD
+    root = _project(tmp_path / "proj", reads, {"kernels/scale.txt": "2.0"})
+    cache = tmp_path / "cache"
+    first = compile_here(root, cache)[CELL]            # compiled S = 2.0; the file now says 3.0
+    warm = compile_here(root, cache)[CELL]
+    cold = compile_here(root, tmp_path / "cold", use_cache=False)[CELL]
+    assert cold.analysis.code_sha256 != first.analysis.code_sha256
+    assert not warm.cached and warm.analysis.code_sha256 == cold.analysis.code_sha256

@@ -175,6 +175,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
     dropped: dict[str, Any] = {}
     after_top: set[str] = set()   # the package's modules once the import that imported the kernel's ended
     WORKER.reads, WORKER.env_reads = reads, variables = [], set()
+    WORKER.read_stats = {}   # this load's reads, as first opened
     try:
         with watched_environment(), from_source(), target_driver(target) as driver, \
                 contextlib.ExitStack() as hooks:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 import types
 from collections.abc import Iterator, MutableMapping
 from typing import Any
@@ -196,7 +197,10 @@ def hook_reads() -> None:
             path, _, flags = args
             if isinstance(path, (str, bytes, os.PathLike)) and isinstance(flags, int) \
                     and flags & os.O_ACCMODE in (os.O_RDONLY, os.O_RDWR):   # `r+`, a memmap's default: read too
-                reads.append(os.fsdecode(os.fspath(path)))
+                path = os.fsdecode(os.fspath(path))
+                reads.append(path)
+                if path not in WORKER.read_stats:
+                    WORKER.read_stats[path] = _stat_of(path)
         elif event == "sqlite3.connect" and isinstance(args[0], (str, bytes, os.PathLike)):   # opened in C
             reads.append(os.fsdecode(os.fspath(args[0])))
         elif event in ("os.listdir", "os.scandir") and not _import_system_listing(sys._getframe(1)):
@@ -234,6 +238,7 @@ def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
     hook_reads()
     loaded = WORKER.loaded_for(spec, target)
     WORKER.compiling = CompileUnderWay(loaded, [], {})
+    WORKER.read_stats = {}   # this compile's reads, as first opened
     WORKER.reads = WORKER.compiling.reads
     driver = None
     try:
@@ -348,7 +353,7 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
         if not _project_path(path, package_folders):
             continue
         if os.path.isfile(path):
-            files[os.path.abspath(path)] = file_sha256(path)
+            files[os.path.abspath(path)] = consumed_sha256(path)
         elif _may_appear(path):   # asked for and missing (an optional config file): one appearing is a change
             files.setdefault(os.path.abspath(path), None)
     for name, module in added.items():
@@ -361,7 +366,7 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
         namespace = vars(module)
         file = namespace.get("__file__")
         if file:
-            files[os.path.abspath(file)] = file_sha256(file)
+            files[os.path.abspath(file)] = consumed_sha256(file)
         else:
             for folder in list(namespace.get("__path__") or []):
                 files[os.path.join(os.path.abspath(folder), "__init__.py")] = None
@@ -396,6 +401,33 @@ def _may_appear(path: str) -> bool:
         return False   # a temporary file made and removed (one in a temporary folder: the folder is gone too)
     interpreter = {os.path.join(os.path.abspath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     return not path.startswith((*interpreter, *WORKER.output_folders, _XISA_FOLDER))
+
+
+# What a depfile records for a file whose bytes may not be those a load or compile read (it changed after it was
+# first opened): no file hashes to it, so the next check compiles again.
+CHANGED_WHILE_READ = "changed-while-read"
+
+
+def _stat_of(path: str) -> tuple[int, ...]:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return ()
+    return info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_ino, time.time_ns()
+
+
+def consumed_sha256(path: str) -> str | None:
+    """The SHA-256 of a file as the load or compile read it: its bytes now, when it has not changed since it was
+    first opened (the same modification and change times to the nanosecond, size and inode, after hashing); else
+    `CHANGED_WHILE_READ` (an editor or a checkout saved it meanwhile: the bytes hashed would stand for code that
+    never compiled)."""
+    before = WORKER.read_stats.get(path) or WORKER.read_stats.get(os.path.abspath(path))
+    digest = file_sha256(path)
+    if before is None or digest is None:
+        return digest
+    if not before or _stat_of(path)[:4] != before[:4]:
+        return CHANGED_WHILE_READ
+    return digest
 
 
 def file_sha256(path: str) -> str | None:

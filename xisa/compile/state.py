@@ -60,6 +60,9 @@ class WorkerState:
     loaded: dict[tuple, list[LoadedModule]] = field(default_factory=dict)
     # Files opened for reading while a load or a compile is under way (None: neither); the audit hook appends.
     reads: list[str] | None = None
+    # Each file read while recording, as it was when first opened: (mtime_ns, ctime_ns, size, inode, when read).
+    # A file whose bytes may differ from those read (saved meanwhile) is never recorded by its digest now.
+    read_stats: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # Variables read through os.environ while a kernel module loads (None: no load under way).
     env_reads: set[str] | None = None
     compiling: CompileUnderWay | None = None
@@ -124,6 +127,7 @@ class WorkerState:
         """Forget every load and any recording under way, as a freshly started worker has none."""
         self.loaded = {}
         self.reads = None
+        self.read_stats = {}
         self.env_reads = None
         self.compiling = None
         self.backend = None
