@@ -344,3 +344,22 @@ def test_a_variable_the_load_sets_itself_does_not_defeat_the_cache_and_one_the_u
     assert _compile(root, cache)["k:c@gfx942"][1]             # cached
     monkeypatch.setenv("XISA_TEST_SETDEFAULT", "/elsewhere")
     assert not _compile(root, cache)["k:c@gfx942"][1]         # the load now finds another value
+
+
+def test_a_new_namespace_portion_earlier_on_the_path_recompiles(tmp_path):
+    """Issue 36, finding 2: `nsp` is a namespace package (src/nsp); `vendor/nsp/helpers.py` appearing in a folder
+    earlier on the path is where `from nsp.helpers import SCALE` now imports from: warm check 0, `--no-cache` 1."""
+    root = write_files(tmp_path / "proj", {
+        "pyproject.toml": _pyproject(pythonpath=["vendor", "src"]),
+        "src/nsp/helpers.py": "import triton.language as tl\nSCALE = tl.constexpr(2.0)\n",
+        "src/mylib/__init__.py": "", "src/mylib/kern.py": KERNEL.format(imports="from nsp.helpers import SCALE"),
+        "kernels/k.yaml": one_case_spec("k", "module: mylib.kern", "gfx942")})
+    (root / "vendor").mkdir()
+    cache = tmp_path / "cache"
+    first = _compile(root, cache)["k:c@gfx942"]
+    assert first[0] == "ok", first
+    write_files(root, {"vendor/nsp/helpers.py": "import triton.language as tl\nSCALE = tl.constexpr(6.0)\n"})
+    warm = _compile(root, cache)["k:c@gfx942"]
+    cold = _compile(root, tmp_path / "cold", use_cache=False)["k:c@gfx942"]
+    assert cold[2] != first[2]                       # the new portion's helpers are what a launch imports
+    assert not warm[1] and warm[2] == cold[2]

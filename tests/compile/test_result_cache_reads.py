@@ -271,3 +271,19 @@ def test_a_file_saved_while_the_load_reads_it_is_never_recorded_as_read(tmp_path
     cold = compile_here(root, tmp_path / "cold", use_cache=False)[CELL]
     assert cold.analysis.code_sha256 != first.analysis.code_sha256
     assert not warm.cached and warm.analysis.code_sha256 == cold.analysis.code_sha256
+
+
+def test_a_restored_results_folder_alone_answers_on_a_fresh_runner(tmp_path):
+    """Issue 36, finding 5: every depfile named files of the cache's own `loads/` store, so a CI cache restoring
+    `results/` (as the example workflow does) never hit: every CI run was cold. xisa's stores are its own."""
+    import json
+    import shutil
+
+    root = _project(tmp_path / "proj", "S = 2.0\n")
+    first = compile_here(root, tmp_path / "cache")[CELL]
+    for entry in (tmp_path / "cache" / "results").rglob("*.json"):
+        named = json.loads(entry.read_bytes().partition(b"\n")[2])["dependencies"]
+        assert not [name for name in named if name.startswith(str(tmp_path / "cache"))], named
+    shutil.copytree(tmp_path / "cache" / "results", tmp_path / "restored" / "results")   # a fresh runner
+    again = compile_here(root, tmp_path / "restored")[CELL]
+    assert again.cached and again.analysis.code_sha256 == first.analysis.code_sha256

@@ -95,6 +95,10 @@ def shadowing_files(name: str, module: Any) -> dict[str, None]:
     parent, _, leaf = name.rpartition(".")
     if parent:
         folders = list(vars(sys.modules[parent]).get("__path__") or []) if parent in sys.modules else []
+        if parent in sys.modules and not vars(sys.modules[parent]).get("__file__"):
+            # a namespace package: a new portion in any folder of the path joins its __path__, in path order,
+            # so every folder where one could appear is searched, not only the portions found at the load
+            folders = _namespace_portions(parent, folders)
     else:
         folders = [entry or os.getcwd() for entry in sys.path]
     # A namespace package is served only while no folder at all holds a regular module of its name.
@@ -108,6 +112,14 @@ def shadowing_files(name: str, module: Any) -> dict[str, None]:
         absent[os.path.join(folder, leaf, "__init__.py")] = None
         absent.update((os.path.join(folder, leaf + suffix), None) for suffix in importlib.machinery.all_suffixes())
     return absent
+
+
+def _namespace_portions(package: str, found: list[str]) -> list[str]:
+    """Where a portion of namespace package `package` is or could be, in the order its `__path__` would list them:
+    one folder per sys.path entry (those found at the load kept where the path put them)."""
+    relative = os.path.join(*package.split("."))
+    candidates = [os.path.join(os.path.abspath(entry or os.getcwd()), relative) for entry in sys.path]
+    return list(dict.fromkeys(candidates + [os.path.abspath(folder) for folder in found]))
 
 
 class _WatchedEnvironment(MutableMapping):
@@ -348,8 +360,8 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
             if _counted_listing(folder, package_folders):
                 files[path] = listing_digest(folder)
             continue
-        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS):
-            continue
+        if path.endswith(".pyc") or path.startswith(_SYSTEM_FOLDERS) or _own_output(path):
+            continue   # xisa's cache and a compile's output are xisa's, checked by their own keys: never a read
         if not _project_path(path, package_folders):
             continue
         if os.path.isfile(path):
@@ -371,6 +383,11 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
             for folder in list(namespace.get("__path__") or []):
                 files[os.path.join(os.path.abspath(folder), "__init__.py")] = None
     return dict(sorted(files.items()))
+
+
+def _own_output(path: str) -> bool:
+    """Under xisa's cache folder, a compile's output folder (Triton's cache) or xisa's own package."""
+    return os.path.join(os.path.abspath(path), "").startswith((*WORKER.output_folders, _XISA_FOLDER))
 
 
 def _counted_listing(folder: str, package_folders: tuple[str, ...]) -> bool:
