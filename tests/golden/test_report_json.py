@@ -49,7 +49,7 @@ def _strip_annotations(text: str) -> str:
 
 
 def documented(kind: str) -> dict:
-    for block in re.findall(r"```json\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL):
+    for block in re.findall(r"```jsonc?\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL):
         data = json.loads(_strip_annotations(block))
         if data.get("kind") == kind:
             return data
