@@ -31,6 +31,7 @@ class BoundCell:
     options: Any                     # the backend's options dataclass
     target: Any                      # GPUTarget
     config: str = ""                 # the autotuner config applied, described ('' when none)
+    picked: dict | None = None       # that config: {index: in the autotuner's list (None: its pruner made it), values}
 
     def signature_record(self) -> dict[str, Any]:
         names = list(self.signature)
@@ -82,9 +83,9 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
                             field=cell.field_of("constexprs", name), fix="move it under `args`")
         kwargs[name] = constexpr_value(value, path=path, field=cell.field_of("constexprs", name))
     options = dict(cell.options)
-    config_name = ""
+    config_name, picked = "", None
     if wrappers or cell.config is not None or cell.heuristics:
-        kwargs, options, config_name = run_wrappers(cell, wrappers, kwargs, options, params)
+        kwargs, options, config_name, picked = run_wrappers(cell, wrappers, kwargs, options, params)
     missing = [n for n, p in params.items() if n not in kwargs and not p.has_default]
     if missing:
         section = "constexprs" if params[missing[0]].is_constexpr else "args"
@@ -97,7 +98,7 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
         if not config_name:
             raise
         raise BindError(f"{config_name}: {exc.detail}", path=path, field=exc.field, fix=exc.fix) from None
-    bound.config = config_name
+    bound.config, bound.picked = config_name, picked
     return bound
 
 
