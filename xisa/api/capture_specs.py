@@ -179,7 +179,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
     """Each new case compiled once for the chosen targets (default: all): what each target said."""
     from xisa.api.run import compile_cells
     from xisa.api.workspace import Workspace
-    from xisa.compile.autotune import count_configs
+    from xisa.compile.autotune import config_lister
     from xisa.compile.runner import RunOptions
     from xisa.spec.cases import build_cells, case_targets, load_specs
     from xisa.spec.targets import load_targets, select_targets
@@ -195,7 +195,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
         try:
             (spec,) = load_specs([plan.path], root=project.root, pythonpath=project.pythonpath,
                                  import_hooks=project.import_hooks,
-                                 count_configs=lambda s, f: count_configs(s, f, roots=roots))
+                                 count_configs=config_lister(roots, list(targets.values())))
         except XisaError as exc:
             summary.not_loaded.append(str(exc))
             continue
@@ -293,13 +293,13 @@ def write_captured(kernels: list[CapturedKernel], sources: dict[str, str], *, ou
                    command: str, check: bool, patterns: list[str] | None, dtype_names: set[str],
                    option_backends: dict[str, set[str]], progress) -> WrittenSpecs:
     """Plan, write, compile the new cases once (unless `check` is off), and write again with what the targets said."""
-    from xisa.compile.autotune import count_configs
+    from xisa.compile.autotune import config_lister
     from xisa.spec.targets import load_targets
 
     targets = load_targets(list(project.target_dirs), root=project.root)
     roots = list(project.kernel_roots)
     plans = plan_specs(kernels, out=out, project=project, target_names=sorted(targets), dtype_names=dtype_names,
-                       option_backends=option_backends, count_configs=lambda s, f: count_configs(s, f, roots=roots))
+                       option_backends=option_backends, count_configs=config_lister(roots, list(targets.values())))
     if plans:
         out.mkdir(parents=True, exist_ok=True)
     kept, notes = write_kept_sources(plans, sources, out=out, project=project)

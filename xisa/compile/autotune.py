@@ -17,14 +17,16 @@ launch through (`loader.unwrap_kernel` says why that holds for LibEntry).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from xisa.compile.loader import load_kernel_object, unwrap_kernel
-from xisa.compile.prune import describe_kept, kept_configs, listed_index, plain_config, same_config
+from xisa.compile.prune import describe_kept, kept_configs, listed_index, plain_config, prunes, same_config
 from xisa.compile.standins import constexpr_value, plain
 from xisa.errors import BindError, SpecError
 from xisa.spec.cases import Cell, KernelSpec
+from xisa.spec.targets import Target
 
 def _autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
     from triton.runtime.autotuner import Autotuner
@@ -36,12 +38,33 @@ def _autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
     return tuners[0] if tuners else None
 
 
-def count_configs(spec: KernelSpec, field: str, *, roots: list[Path]) -> int:
-    """How many configs the autotuner `spec` names has, for `config: all` (this imports the kernel module)."""
+def config_lister(roots: list[Path], targets: list[Target]):
+    """What `config: all` expands to on each of `targets` (`xisa.spec.cases.ConfigCounter`), for the spec reader."""
+    def listed(spec: KernelSpec, field: str, cells_on) -> dict[str | None, list]:
+        return kept_per_target(spec, field, cells_on(targets), roots=roots)
+    return listed
+
+
+def kept_per_target(spec: KernelSpec, field: str, cells: list[Cell], *, roots: list[Path]) -> dict[str | None, list]:
+    """The configs each cell's target keeps for its arguments, [(index in the autotuner's list or None, values)];
+    {None: every config} when the autotuner prunes nothing (one load for no particular target, as before). An
+    autotuner that prunes runs its pruner as each target, with each target's load (this imports the kernel module)."""
+    from xisa.compile.bind import configs_kept_for
+    from xisa.compile.reads import compiling
+
     tuner = _autotuner_of(unwrap_kernel(load_kernel_object(spec, roots=roots), spec)[1], spec, field)
     if tuner is None:
         raise _not_autotuned(spec, field)
-    return len(tuner.configs)
+    if not prunes(tuner):
+        return {None: [(index, plain_config(config)) for index, config in enumerate(tuner.configs)]}
+    kept = {}
+    for cell in cells:
+        cell = dataclasses.replace(cell, kernel=spec)   # the spec as loaded (the project's pythonpath, import hooks)
+        named = load_kernel_object(spec, roots=roots, target=cell.target)
+        with compiling(spec, cell.target):   # the device answers as this target
+            tuner, configs = configs_kept_for(cell, named)
+        kept[cell.target.name] = [(listed_index(tuner, config), plain_config(config)) for config in configs]
+    return kept
 
 
 def _not_autotuned(spec: KernelSpec, field: str) -> SpecError:
@@ -136,9 +159,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
     where = cell.field_path or "case"
     option_fields = backend_option_fields(make_backend(cell.target.gpu_target()), cell.target)
     launch = {**kwargs, **options}   # a launch's kwargs: parameters and options alike
-    given = {name: cell.field_of("constexprs", name) for name in cell.constexprs}   # the case's own values
-    given.update({name: cell.field_of("args", name) for name in cell.args})
-    given.update({name: cell.field_of("options", name) for name in cell.options})
+    given = _given(cell)
     config_name, picked = "", None
     tuner = _autotuner_of(wrappers, spec, f"{where}.config")
     if tuner is None and cell.config is not None:
@@ -164,20 +185,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
                                     path=path, field=f"{where}.config",
                                     fix="make the pre_hook work on stand-in tensors (shape, dtype, stride())") from None
         elif isinstance(wrapper, Heuristics):
-            for name, heuristic in wrapper.values.items():
-                try:
-                    value = heuristic(dict(launch))
-                except Exception as exc:
-                    raise BindError(f"heuristic {name!r} raised {type(exc).__name__}: {exc}".splitlines()[0],
-                                    path=path, field=where, fix="give the case the arguments the heuristic reads") \
-                        from None
-                if name in given and not _same_value(launch[name], value):
-                    raise BindError(f"the case sets {name} to {plain(launch[name])!r} but the kernel's heuristic "
-                                    f"{name!r} computes {plain(value)!r}, which a launch applies over it", path=path,
-                                    field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
-                _check_captured_heuristic(cell, name, value)
-                if name in params or name in option_fields:
-                    launch[name] = value
+            _apply_heuristics(cell, wrapper, launch, given, params, option_fields)
     computed = {name for wrapper in wrappers if isinstance(wrapper, Heuristics) for name in wrapper.values}
     for name in cell.heuristics:
         if name not in computed:
@@ -187,6 +195,53 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
     kernel_kwargs = {name: value for name, value in launch.items() if name in params}
     launch_options = {name: value for name, value in launch.items() if name not in params}
     return kernel_kwargs, launch_options, config_name, picked
+
+
+def _given(cell: Cell) -> dict[str, str]:
+    """The names of the case's own values -> the field each is written in."""
+    given = {name: cell.field_of("constexprs", name) for name in cell.constexprs}
+    given.update({name: cell.field_of("args", name) for name in cell.args})
+    given.update({name: cell.field_of("options", name) for name in cell.options})
+    return given
+
+
+def _apply_heuristics(cell: Cell, wrapper, launch: dict[str, Any], given: dict[str, str], params: dict[str, Any],
+                      option_fields: set[str]) -> None:
+    """`Heuristics.run`: each of its keys set in `launch` from a dict of every argument."""
+    path, where = cell.kernel.spec_path, cell.field_path or "case"
+    for name, heuristic in wrapper.values.items():
+        try:
+            value = heuristic(dict(launch))
+        except Exception as exc:
+            raise BindError(f"heuristic {name!r} raised {type(exc).__name__}: {exc}".splitlines()[0],
+                            path=path, field=where, fix="give the case the arguments the heuristic reads") \
+                from None
+        if name in given and not _same_value(launch[name], value):
+            raise BindError(f"the case sets {name} to {plain(launch[name])!r} but the kernel's heuristic "
+                            f"{name!r} computes {plain(value)!r}, which a launch applies over it", path=path,
+                            field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
+        _check_captured_heuristic(cell, name, value)
+        if name in params or name in option_fields:
+            launch[name] = value
+
+
+def kept_at_autotuner(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],
+                      params: dict[str, Any]) -> tuple[Any, list]:
+    """The kernel's autotuner and the configs its pruning keeps for the cell's launch, as `run_wrappers` meets it
+    (a Heuristics outside it applied first). Run it where the cell's target answers the device."""
+    from triton.compiler import make_backend
+    from triton.runtime.autotuner import Heuristics
+
+    field = f"{cell.field_path or 'case'}.config"
+    tuner = _autotuner_of(wrappers, cell.kernel, field)
+    if tuner is None:
+        raise _not_autotuned(cell.kernel, field)
+    option_fields = backend_option_fields(make_backend(cell.target.gpu_target()), cell.target)
+    launch, given = {**kwargs, **options}, _given(cell)
+    for wrapper in wrappers[:wrappers.index(tuner)]:
+        if isinstance(wrapper, Heuristics):
+            _apply_heuristics(cell, wrapper, launch, given, params, option_fields)
+    return tuner, kept_configs(tuner, launch, path=cell.kernel.spec_path, field=field)
 
 
 def _check_captured_heuristic(cell: Cell, name: str, value: Any) -> None:
