@@ -106,6 +106,11 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
         shutil.rmtree(records_dir, ignore_errors=True)
     code = 128 - code if code < 0 else code   # killed by a signal: the shell's convention
     kernels = group_launches(records, names=names, started_ns=started_ns)
+    if not kernels and code == 0 and notes:   # it launched, and xisa could record none of its launches
+        more = f" ({len(notes) - 1} more refused)" if len(notes) > 1 else ""
+        raise UsageError(f"no launch was recorded: {notes[0]}{more}", field="COMMAND",
+                         fix="the reason says what to change; a launch xisa cannot compile as the launch did is never "
+                             "written as a case")
     if not kernels and code == 0:
         raise UsageError("the command made no Triton kernel launch", field="COMMAND",
                          fix="run the program or tests that launch the kernels (a Python started with -E or -I "
