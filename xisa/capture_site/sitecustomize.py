@@ -385,7 +385,8 @@ def _config(config, configs, kept=lambda: []) -> dict:
         options.update(num_ctas=getattr(config, "num_ctas", 1), maxnreg=getattr(config, "maxnreg", None))
         matching = _configs_matching({**chosen["kwargs"], **options}, candidates)
     if not matching:
-        made = f" nor of the {len(candidates)} its pruning kept for this launch" if candidates else ""
+        pruned = candidates and [id(c) for c in candidates] != [id(c) for c in configs]
+        made = f" nor of the {len(candidates)} its pruning kept for this launch" if pruned else ""
         raise ValueError(f"the autotuner launched a config that is none of its {len(configs)} configs{made} ({config}): "
                          "a library's own config cache chose it (fla's FLA_CACHE_MODE); capture with that cache off "
                          "or --config-policy first")
