@@ -160,8 +160,7 @@ class _Recorder:
             raise ValueError("it is launched through several autotuners, and a spec case picks the config of one")
         for wrapper in chain:
             if isinstance(wrapper, autotuner):
-                chosen = _config(_chosen_config(wrapper), self.listed_configs(wrapper),
-                                 lambda tuner=wrapper: self.pruned_configs(tuner))
+                chosen = _config(_chosen_config(wrapper), self.listed_configs(wrapper), lambda: self.kept(wrapper))
                 chosen_by = self.chosen_by(wrapper)
             elif isinstance(wrapper, heuristics):   # a constexpr, or a launch option (FlagGems' num_warps)
                 computed.update({k: constexprs[k] for k in wrapper.values if k in constexprs})
@@ -221,8 +220,8 @@ class _Recorder:
         stack = self.local.__dict__.setdefault("wrappers", [])
         if (stack and stack[-1] is wrapper) or isinstance(wrapper, launch_classes()):
             return original(wrapper, *args, **kwargs)   # a subclass's run calling super().run; a launch class
-        calls = self.local.__dict__.setdefault("calls", {})
-        calls[id(wrapper)] = kwargs   # what its pruning reads (`pruned_configs`), for the run under way only
+        calls = self.local.__dict__.setdefault("calls", {})   # what its pruning reads (`kept`), while it runs
+        calls[id(wrapper)] = kwargs
         stack.append(wrapper)
         try:
             autotuner = wrapper_classes()[0]
@@ -295,16 +294,13 @@ class _Recorder:
     def listed_configs(self, tuner) -> list:
         return self.local.__dict__.get("listed", {}).get(id(tuner), tuner.configs)
 
-    def pruned_configs(self, tuner) -> list:
-        """What the autotuner's pruning kept for the launch under way: the list a policy chose from, else (its own
-        run chose, `bench`) its pruning run again on the launch's arguments, as Autotuner.run ran it."""
-        known = self.local.__dict__.get("pruned", {}).get(id(tuner))
-        if known is not None:
-            return known
-        kwargs = self.local.__dict__.get("calls", {}).get(id(tuner))
-        if kwargs is None or getattr(tuner, "nargs", None) is None or len(tuner.configs) <= 1:
-            return []   # its run prunes nothing with one config; no nargs: not inside its run
-        return list(tuner.prune_configs(kwargs))
+    def kept(self, tuner) -> list:
+        """What the autotuner's pruning kept for the launch under way: the list a policy chose from, else (`bench`)
+        its pruning again, as its run ran it (with one config it prunes nothing; no nargs: not inside its run)."""
+        pruned, kwargs = self.local.__dict__.get("pruned", {}), self.local.__dict__.get("calls", {}).get(id(tuner))
+        if id(tuner) in pruned or kwargs is None or getattr(tuner, "nargs", None) is None:
+            return pruned.get(id(tuner), [])
+        return list(tuner.prune_configs(kwargs)) if len(tuner.configs) > 1 else []
 
     def skips(self) -> bool:
         """Whether a launch returns without compiling or running: --no-run, or one config of `all` recorded."""
@@ -365,9 +361,8 @@ def _attribute_name(module, obj, preferred):
 def _config(config, configs, kept=lambda: []) -> dict:
     """An autotune Config as the spec's `config:` holds it: its kwargs, num_warps and num_stages, and num_ctas,
     maxnreg only when not their defaults (1, None) or when another config it could be differs only in them. xisa
-    compiles the configs a launch could pick, those the autotuner lists or (`kept()`) its pruning made for this
-    launch (gemlite's pruner makes new ones), so one that is neither is refused here (a launch not recorded, noted)
-    rather than written as a case its compile refuses."""
+    compiles the configs listed or made by the pruning for this launch (`kept()`: gemlite's makes new ones), so one
+    that is neither is refused here (a launch not recorded, noted) rather than written as a case its compile refuses."""
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
     if getattr(config, "num_ctas", 1) not in (1, None):
         options["num_ctas"] = config.num_ctas
@@ -376,16 +371,13 @@ def _config(config, configs, kept=lambda: []) -> dict:
     if getattr(config, "ir_override", None) is not None:
         options["ir_override"] = _plain(config.ir_override)
     chosen = {"kwargs": {k: _constexpr(v) for k, v in config.kwargs.items()}, "options": options}
-    candidates = configs
+    candidates = configs if _configs_matching({**chosen["kwargs"], **options}, configs) else list(kept())
     matching = _configs_matching({**chosen["kwargs"], **options}, candidates)
-    if not matching:
-        candidates = list(kept())
-        matching = _configs_matching({**chosen["kwargs"], **options}, candidates)
     if len(matching) > 1:
         options.update(num_ctas=getattr(config, "num_ctas", 1), maxnreg=getattr(config, "maxnreg", None))
         matching = _configs_matching({**chosen["kwargs"], **options}, candidates)
     if not matching:
-        pruned = candidates and [id(c) for c in candidates] != [id(c) for c in configs]
+        pruned = candidates and list(map(id, candidates)) != list(map(id, configs))
         made = f" nor of the {len(candidates)} its pruning kept for this launch" if pruned else ""
         raise ValueError(f"the autotuner launched a config that is none of its {len(configs)} configs{made} ({config}): "
                          "a library's own config cache chose it (fla's FLA_CACHE_MODE); capture with that cache off "
