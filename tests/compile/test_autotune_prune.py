@@ -135,3 +135,17 @@ def test_a_warm_check_after_a_pruner_edit_prunes_again(project, run_xisa):
     out = run_xisa("check", "-j", "1", cwd=project, process=True)
     said = " ".join((out.out + out.err).split())   # the table wraps long lines
     assert out.code == 2 and "pruned away on this target: gfx1100's pruner keeps config 0 {" in said, said
+
+
+def test_a_warm_check_after_a_pruner_edit_expands_config_all_again(project, run_xisa):
+    """`config: all` on gfx1100 guarded configs 0 and 1; after the edit its pruner keeps config 0 alone, so config 1's
+    golden guards a config no gfx1100 launch picks: unused, not a green check."""
+    _spec(project, "  - {name: kept, config: all}\n", targets="[gfx1100]")
+    assert run_xisa("bless", "-j", "1", cwd=project, process=True).code == 0
+    blessed = sorted(p.parent.name for p in (project / "golden").rglob("gfx1100.yaml"))
+    assert blessed == ["kept-config0", "kept-config1"]
+    budget = project / "kernels" / "budget.py"
+    budget.write_text(budget.read_text().replace("* stages", "* stages * 2"))
+    out = run_xisa("check", "-j", "1", cwd=project, process=True)
+    said = " ".join((out.out + out.err).split())
+    assert out.code == 1 and "kept-config1" in said and "unused" in said, said

@@ -41,6 +41,9 @@ def _autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
 def config_lister(roots: list[Path], targets: list[Target]):
     """What `config: all` expands to on each of `targets` (`xisa.spec.cases.ConfigCounter`), for the spec reader."""
     def listed(spec: KernelSpec, field: str, cells_on) -> dict[str | None, list]:
+        from xisa.compile.runner import import_compile_modules
+
+        import_compile_modules()   # as before a compile: torch first imported inside a load breaks (email.parser)
         return kept_per_target(spec, field, cells_on(targets), roots=roots)
     return listed
 
