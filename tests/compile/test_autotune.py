@@ -15,7 +15,7 @@ from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
 from support import FIXTURES, REPO
-from xisa.compile.autotune import config_lister
+from xisa.compile.config_all import config_lister
 from xisa.compile.bind import bind_cell, bind_values
 from xisa.compile.loader import load_kernel_function, load_kernel_object, unwrap_kernel
 from xisa.compile.cache import cell_key

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xisa.analyze.expect import check_against_targets
-from xisa.compile.autotune import config_lister
+from xisa.compile.config_all import config_lister
 from xisa.compile.cache_limit import trim_cache
 from xisa.compile.toolchain import describe_toolchain
 from xisa.errors import SpecError, ToolchainError

@@ -17,18 +17,14 @@ launch through (`loader.unwrap_kernel` says why that holds for LibEntry).
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
 from typing import Any
 
-from xisa.compile.loader import load_kernel_object, unwrap_kernel
-from xisa.compile.prune import describe_kept, kept_configs, listed_index, plain_config, prunes, same_config
+from xisa.compile.prune import describe_kept, kept_configs, listed_index, plain_config, same_config
 from xisa.compile.standins import constexpr_value, plain
 from xisa.errors import BindError, SpecError
 from xisa.spec.cases import Cell, KernelSpec
-from xisa.spec.targets import Target
 
-def _autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
+def autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
     from triton.runtime.autotuner import Autotuner
 
     tuners = [w for w in wrappers if isinstance(w, Autotuner)]
@@ -38,39 +34,7 @@ def _autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
     return tuners[0] if tuners else None
 
 
-def config_lister(roots: list[Path], targets: list[Target]):
-    """What `config: all` expands to on each of `targets` (`xisa.spec.cases.ConfigCounter`), for the spec reader."""
-    def listed(spec: KernelSpec, field: str, cells_on) -> dict[str | None, list]:
-        from xisa.compile.runner import import_compile_modules
-
-        import_compile_modules()   # as before a compile: torch first imported inside a load breaks (email.parser)
-        return kept_per_target(spec, field, cells_on(targets), roots=roots)
-    return listed
-
-
-def kept_per_target(spec: KernelSpec, field: str, cells: list[Cell], *, roots: list[Path]) -> dict[str | None, list]:
-    """The configs each cell's target keeps for its arguments, [(index in the autotuner's list or None, values)];
-    {None: every config} when the autotuner prunes nothing (one load for no particular target, as before). An
-    autotuner that prunes runs its pruner as each target, with each target's load (this imports the kernel module)."""
-    from xisa.compile.bind import configs_kept_for
-    from xisa.compile.reads import compiling
-
-    tuner = _autotuner_of(unwrap_kernel(load_kernel_object(spec, roots=roots), spec)[1], spec, field)
-    if tuner is None:
-        raise _not_autotuned(spec, field)
-    if not prunes(tuner):
-        return {None: [(index, plain_config(config)) for index, config in enumerate(tuner.configs)]}
-    kept = {}
-    for cell in cells:
-        cell = dataclasses.replace(cell, kernel=spec)   # the spec as loaded (the project's pythonpath, import hooks)
-        named = load_kernel_object(spec, roots=roots, target=cell.target)
-        with compiling(spec, cell.target):   # the device answers as this target
-            tuner, configs = configs_kept_for(cell, named)
-        kept[cell.target.name] = [(listed_index(tuner, config), plain_config(config)) for config in configs]
-    return kept
-
-
-def _not_autotuned(spec: KernelSpec, field: str) -> SpecError:
+def not_autotuned(spec: KernelSpec, field: str) -> SpecError:
     return SpecError(f"{spec.function!r} is not an @triton.autotune object, so `config` has nothing to pick",
                      path=spec.spec_path, field=field,
                      fix="drop `config`, or name the @triton.autotune object in `function:`")
@@ -164,9 +128,9 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
     launch = {**kwargs, **options}   # a launch's kwargs: parameters and options alike
     given = _given(cell)
     config_name, picked = "", None
-    tuner = _autotuner_of(wrappers, spec, f"{where}.config")
+    tuner = autotuner_of(wrappers, spec, f"{where}.config")
     if tuner is None and cell.config is not None:
-        raise _not_autotuned(spec, f"{where}.config")
+        raise not_autotuned(spec, f"{where}.config")
     for wrapper in wrappers:   # any KernelInterface that is neither passes the launch through unchanged
         if isinstance(wrapper, Autotuner):
             kept = kept_configs(wrapper, launch, path=path, field=f"{where}.config")   # the target answers the device
@@ -236,9 +200,9 @@ def kept_at_autotuner(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, A
     from triton.runtime.autotuner import Heuristics
 
     field = f"{cell.field_path or 'case'}.config"
-    tuner = _autotuner_of(wrappers, cell.kernel, field)
+    tuner = autotuner_of(wrappers, cell.kernel, field)
     if tuner is None:
-        raise _not_autotuned(cell.kernel, field)
+        raise not_autotuned(cell.kernel, field)
     option_fields = backend_option_fields(make_backend(cell.target.gpu_target()), cell.target)
     launch, given = {**kwargs, **options}, _given(cell)
     for wrapper in wrappers[:wrappers.index(tuner)]:
