@@ -52,6 +52,17 @@ def test_config_all_is_the_same_per_target_in_any_selection_and_order(project):
         assert chosen and chosen == {key: value for key, value in whole.items() if key in chosen}
 
 
+@pytest.mark.parametrize("order", [["gfx1100", "sm_90"], ["sm_90", "gfx1100"]])
+def test_a_pruner_that_caches_the_device_answer_prunes_as_each_target(project, run_xisa, order):
+    """`functools.cache` around the device query: one worker compiles both targets, in either order."""
+    _spec(project, "  - {name: all, config: all}\n  - {name: big, config: 3}\n", function="sum_tiles_cached",
+          targets=f"[{', '.join(order)}]")
+    assert {cell.id: cell.config for cell in _cells(project) if cell.case != "big"} == {
+        f"tiles:all-config{i}@{target}": i for target in order for i in KEPT[target]}
+    out = run_xisa("compile", "-j", "1", "--no-cache", "--kernel", "tiles:big", "--json", "--top", "0", cwd=project)
+    assert {c["target"]: c["status"] for c in json.loads(out.out)["cells"]} == {"gfx1100": "error", "sm_90": "ok"}
+
+
 def test_a_config_the_targets_pruner_drops_is_an_error_naming_the_configs_it_keeps(project, run_xisa):
     _spec(project, "  - {name: big, config: 3}\n  - {name: wide, config: {BLOCK_M: 128, num_warps: 8}}\n")
     out = run_xisa("compile", "--arch", "gfx1100", "--arch", "sm_90", "--json", "--top", "0", cwd=project)
