@@ -52,6 +52,16 @@ def test_config_all_is_the_same_per_target_in_any_selection_and_order(project):
         assert chosen and chosen == {key: value for key, value in whole.items() if key in chosen}
 
 
+def test_a_perf_model_keeps_its_top_k_as_each_target(project):
+    """32768 rows in tiles of 64, 128, 128, 256 rows: one wave of 304 CUs (gfx942) from config 1 on, of 132 SMs
+    (sm_90) only at config 3; top_k 1 keeps the first of the fewest waves."""
+    _spec(project, "  - {name: fast, config: all}\n", function="sum_tiles_modelled", targets="[gfx942, sm_90]",
+          args="{x_ptr: {tensor: fp16, shape: [32768, 64]}, y_ptr: {tensor: fp32, shape: [32768]}, K: 64, "
+               "stride_m: 64}")
+    assert {cell.id: cell.config for cell in _cells(project)} == {"tiles:fast-config1@gfx942": 1,
+                                                                  "tiles:fast-config3@sm_90": 3}
+
+
 @pytest.mark.parametrize("order", [["gfx1100", "sm_90"], ["sm_90", "gfx1100"]])
 def test_a_pruner_that_caches_the_device_answer_prunes_as_each_target(project, run_xisa, order):
     """`functools.cache` around the device query: one worker compiles both targets, in either order."""
@@ -160,3 +170,25 @@ def test_a_warm_check_after_a_pruner_edit_expands_config_all_again(project, run_
     out = run_xisa("check", "-j", "1", cwd=project, process=True)
     said = " ".join((out.out + out.err).split())
     assert out.code == 1 and "kept-config1" in said and "unused" in said, said
+
+
+@pytest.mark.parametrize("function, rows, cols", [("sum_tiles", 4096, 4096), ("sum_tiles_modelled", 32768, 64)])
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950", "sm_90"])
+def test_the_kept_configs_are_tritons_own_prune_configs_on_that_targets_answers(project, function, rows, cols, arch):
+    """The oracle: Autotuner.prune_configs itself, on real tensors passed by position, as the target answers."""
+    import torch
+
+    from xisa.compile.loader import load_kernel_object
+    from xisa.compile.target_driver import target_driver
+
+    _spec(project, "  - {name: c, config: all}\n", function=function, targets=f"[{arch}]",
+          args=f"{{x_ptr: {{tensor: fp16, shape: [{rows}, {cols}]}}, y_ptr: {{tensor: fp32, shape: [{rows}]}}, "
+               f"K: {cols}, stride_m: {cols}}}")
+    ws = open_workspace(cwd=project)
+    cells = ws.select()[1]
+    tuner = load_kernel_object(ws.specs[0], roots=list(ws.project.kernel_roots))
+    x = torch.empty((rows, cols), dtype=torch.float16)
+    tuner.nargs = dict(zip(tuner.arg_names, (x, torch.empty(rows), cols, cols)))
+    with target_driver(cells[0].target):
+        theirs = tuner.prune_configs({})
+    assert [cell.config for cell in cells] == [tuner.configs.index(config) for config in theirs]
