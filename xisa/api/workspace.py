@@ -126,7 +126,7 @@ def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None
                         fix="add kernels/<name>.yaml or pass --spec PATH")
     roots = list(project.kernel_roots)
     specs = load_specs(files, root=project.root, pythonpath=project.pythonpath, import_hooks=project.import_hooks,
-                       count_configs=config_lister(roots, list(targets.values())))
+                       list_configs=config_lister(roots, list(targets.values())))
     return Workspace(project=project, targets=targets, specs=specs)
 
 

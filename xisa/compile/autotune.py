@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from xisa.compile.prune import describe_kept, kept_configs, listed_index, plain_config, same_config
+from xisa.compile.prune import (describe_config, describe_kept, kept_configs, listed_index, plain_config,
+                                same_config)
 from xisa.compile.standins import constexpr_value, plain
 from xisa.errors import BindError, SpecError
 from xisa.spec.cases import Cell, KernelSpec
@@ -38,11 +39,6 @@ def not_autotuned(spec: KernelSpec, field: str) -> SpecError:
     return SpecError(f"{spec.function!r} is not an @triton.autotune object, so `config` has nothing to pick",
                      path=spec.spec_path, field=field,
                      fix="drop `config`, or name the @triton.autotune object in `function:`")
-
-
-def describe_config(index: int, config) -> str:
-    values = ", ".join(f"{name}: {value}" for name, value in plain_config(config).items())
-    return f"config {index} {{{values}}}"
 
 
 def _same_value(given: Any, value: Any) -> bool:
@@ -73,7 +69,7 @@ def select_config(tuner, chosen: Any, spec: KernelSpec, field: str, kept: list |
                             path=spec.spec_path, field=field, fix=f"an index 0..{len(configs) - 1}: {listing}")
         position = next((i for i, config in enumerate(kept) if same_config(config, configs[chosen])), None)
         if position is None:
-            raise _not_kept(describe_config(chosen, configs[chosen]), among, spec, field)
+            raise _not_kept(describe_config(f"config {chosen}", configs[chosen]), among, spec, field)
         return chosen, kept[position], describe_kept(tuner, kept, position)
     if not isinstance(chosen, dict):
         raise BindError(f"config {chosen!r} was not expanded", path=spec.spec_path, field=field)

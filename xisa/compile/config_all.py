@@ -1,5 +1,5 @@
 """What `config: all` expands to on each target: the configs a launch there could pick, after the autotuner's
-pruning run as that target (`xisa.compile.prune`), for the spec reader (`xisa.spec.cases.ConfigCounter`).
+pruning run as that target (`xisa.compile.prune`), for the spec reader (`xisa.spec.cases.ConfigLister`).
 
 It runs in the process that reads the specs, before any compile: an autotuner that prunes nothing is read from one
 load for no particular target; one that prunes is loaded and pruned per target, on each target's stand-ins."""
@@ -20,7 +20,7 @@ from xisa.spec.targets import Target
 
 
 def config_lister(roots: list[Path], targets: list[Target]):
-    """What `config: all` expands to on each of `targets` (`xisa.spec.cases.ConfigCounter`), for the spec reader."""
+    """What `config: all` expands to on each of `targets` (`xisa.spec.cases.ConfigLister`), for the spec reader."""
     def listed(spec: KernelSpec, field: str, cells_on) -> dict[str | None, list]:
         import_compile_modules()   # as before a compile: torch first imported inside a load breaks (email.parser)
         return kept_per_target(spec, field, cells_on(targets), roots=roots)

@@ -43,7 +43,11 @@ def describe_kept(tuner, kept: list, position: int) -> str:
     pruner made."""
     config = kept[position]
     index = listed_index(tuner, config)
-    label = f"config {index}" if index is not None else f"pruned config {position}"
+    return describe_config(f"config {index}" if index is not None else f"pruned config {position}", config)
+
+
+def describe_config(label: str, config) -> str:
+    """`LABEL {BLOCK: 64, num_warps: 4, ...}`: a config as errors and results name it."""
     return f"{label} {{{', '.join(f'{k}: {v}' for k, v in plain_config(config).items())}}}"
 
 

@@ -34,7 +34,7 @@ CONFIG_FIX = "config: 0 (an index into the autotuner's configs), a mapping such 
 # None meaning every target alike (an autotuner that prunes nothing). Running the pruner imports the kernel module
 # and answers the device as each target, so the caller supplies it (the compile layer's `config_lister`).
 KeptConfigs = dict["str | None", list[tuple["int | None", dict]]]
-ConfigCounter = Callable[["KernelSpec", str, Callable[[list[Target]], list["Cell"]]], KeptConfigs]
+ConfigLister = Callable[["KernelSpec", str, Callable[[list[Target]], list["Cell"]]], KeptConfigs]
 # A matrix multiplies: 18 axes of two values are 262144 cases, minutes of silence before anything
 # compiles. The bundled specs have at most a few dozen cases each.
 MAX_CASES_PER_SPEC = 4096
@@ -167,14 +167,14 @@ def _check_config(value: Any, path: str, fieldname: str) -> None:
         return
     raise _err(f"config {value!r} is not an index, a mapping or `all`", path, fieldname, CONFIG_FIX)
 
-def load_spec(spec_file: Path, *, display: str | None = None, count_configs: ConfigCounter | None = None) -> KernelSpec:
-    """Read one spec; `count_configs` says how many configs the kernel's autotuner has (for `config: all`)."""
+def load_spec(spec_file: Path, *, display: str | None = None, list_configs: ConfigLister | None = None) -> KernelSpec:
+    """Read one spec; `list_configs` says which configs each target's pruning keeps (for `config: all`)."""
     shown = display or str(spec_file)
     return spec_from_data(load_yaml(spec_file, error=SpecError, display=shown), spec_file, shown=shown,
-                          count_configs=count_configs)
+                          list_configs=list_configs)
 
 
-def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: ConfigCounter | None = None) -> KernelSpec:
+def spec_from_data(data: Any, spec_file: Path, *, shown: str, list_configs: ConfigLister | None = None) -> KernelSpec:
     """A spec from its parsed YAML, as if read from `spec_file` (which decides where `source:` is looked for)."""
     data = _mapping(data, shown, "<top>")
     _check_keys(data, _FILE_KEYS, shown, "")
@@ -229,7 +229,7 @@ def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: Con
                             layers=tuple(copy.deepcopy(list(layers))), overrides=overrides, target_patterns=targets,
                             override_fields=override_fields,
                             layer_fields=(*layer_fields, *[f"{fieldname}.matrix"] * len(patches)))
-            for expanded in _expand_configs(case, unread, shown, count_configs):
+            for expanded in _expand_configs(case, unread, shown, list_configs):
                 check_name("case", expanded.name, CASE_NAME, path=shown, field=f"{fieldname}.matrix")
                 if expanded.name in seen:
                     raise _err(f"case name {expanded.name!r} is used twice", shown, fieldname,
@@ -242,9 +242,9 @@ def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: Con
     return dataclasses.replace(unread, cases=tuple(cases))
 
 
-def _expand_configs(case: CaseSpec, spec: KernelSpec, path: str, list_configs: ConfigCounter | None) -> list[CaseSpec]:
+def _expand_configs(case: CaseSpec, spec: KernelSpec, path: str, list_configs: ConfigLister | None) -> list[CaseSpec]:
     """`case` itself, or, when its merged `config` is `all`, one case per config a launch could pick: on each
-    target, the configs its pruning keeps (`ConfigCounter`), each case narrowed to the targets keeping its config."""
+    target, the configs its pruning keeps (`ConfigLister`), each case narrowed to the targets keeping its config."""
     config = None
     for piece in case.layers:
         config = piece.get("config", config)
@@ -422,14 +422,14 @@ def discover_spec_files(paths: list[Path]) -> list[Path]:
 
 
 def load_specs(files: list[Path], *, root: Path, pythonpath: tuple[Path, ...] = (),
-               import_hooks: tuple[Path, ...] = (), count_configs: ConfigCounter | None = None) -> list[KernelSpec]:
+               import_hooks: tuple[Path, ...] = (), list_configs: ConfigLister | None = None) -> list[KernelSpec]:
     """The specs of `files`; `pythonpath` and `import_hooks` are the project's settings, part of every load
-    (the one that counts an autotuner's configs too)."""
+    (the ones that list an autotuner's configs too)."""
     def settled(spec: KernelSpec) -> KernelSpec:
         return replace(spec, pythonpath=tuple(pythonpath), import_hooks=tuple(import_hooks))
 
-    counter = None if count_configs is None else (
-        lambda spec, field, cells_on: count_configs(settled(spec), field, cells_on))
+    lister = None if list_configs is None else (
+        lambda spec, field, cells_on: list_configs(settled(spec), field, cells_on))
     specs = []
     names: dict[str, str] = {}
     for file in files:
@@ -437,7 +437,7 @@ def load_specs(files: list[Path], *, root: Path, pythonpath: tuple[Path, ...] = 
             shown = str(file.resolve().relative_to(root.resolve()))
         except ValueError:
             shown = str(file)
-        spec = load_spec(file, display=shown, count_configs=counter)
+        spec = load_spec(file, display=shown, list_configs=lister)
         if spec.name in names:
             raise SpecError(f"kernel name {spec.name!r} is also defined in {names[spec.name]}", path=shown,
                             field="name", fix="give each spec a unique `name`")
