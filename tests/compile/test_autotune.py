@@ -50,7 +50,7 @@ def _spec(project: Path, function: str, cases: str, name: str = "k"):
     file = project / "kernels" / f"{name}.yaml"
     file.write_text(f"name: {name}\nsource: rows.py\nfunction: {function}\n{ARGS}cases:\n{cases}")
     return load_spec(file, display=f"kernels/{name}.yaml",
-                     count_configs=config_lister([project], list(load_targets([REPO / "targets"]).values())))
+                     list_configs=config_lister([project], list(load_targets([REPO / "targets"]).values())))
 
 
 def _cells(project, targets, function, cases, arch="gfx942"):
@@ -355,7 +355,7 @@ def test_config_in_defaults_and_matrix_patches(project, targets):
     file.write_text(f"name: k\nsource: rows.py\nfunction: scale_rows\n{ARGS}  config: all\ncases:\n  - {{name: c}}\n"
                     "  - {name: m, matrix: {pick: {first: {config: 0}, by_block: {config: {BLOCK: 256}}}}}\n")
     spec = load_spec(file, display="kernels/k.yaml",
-                     count_configs=config_lister([project], list(load_targets([REPO / "targets"]).values())))
+                     list_configs=config_lister([project], list(load_targets([REPO / "targets"]).values())))
     count = len(_module(spec, project)["CONFIGS"])
     assert [case.name for case in spec.cases] == [f"c-config{i}" for i in range(count)] + ["m-first", "m-by_block"]
     cells = {c.case: c for c in build_cells([spec], select_targets(targets, ["sm_90"]))}
