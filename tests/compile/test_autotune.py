@@ -15,7 +15,7 @@ from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
 from support import FIXTURES, REPO
-from xisa.compile.autotune import count_configs
+from xisa.compile.config_all import config_lister
 from xisa.compile.bind import bind_cell, bind_values
 from xisa.compile.loader import load_kernel_function, load_kernel_object, unwrap_kernel
 from xisa.compile.cache import cell_key
@@ -50,7 +50,7 @@ def _spec(project: Path, function: str, cases: str, name: str = "k"):
     file = project / "kernels" / f"{name}.yaml"
     file.write_text(f"name: {name}\nsource: rows.py\nfunction: {function}\n{ARGS}cases:\n{cases}")
     return load_spec(file, display=f"kernels/{name}.yaml",
-                     count_configs=lambda spec, field: count_configs(spec, field, roots=[project]))
+                     list_configs=config_lister([project], list(load_targets([REPO / "targets"]).values())))
 
 
 def _cells(project, targets, function, cases, arch="gfx942"):
@@ -355,7 +355,7 @@ def test_config_in_defaults_and_matrix_patches(project, targets):
     file.write_text(f"name: k\nsource: rows.py\nfunction: scale_rows\n{ARGS}  config: all\ncases:\n  - {{name: c}}\n"
                     "  - {name: m, matrix: {pick: {first: {config: 0}, by_block: {config: {BLOCK: 256}}}}}\n")
     spec = load_spec(file, display="kernels/k.yaml",
-                     count_configs=lambda spec, field: count_configs(spec, field, roots=[project]))
+                     list_configs=config_lister([project], list(load_targets([REPO / "targets"]).values())))
     count = len(_module(spec, project)["CONFIGS"])
     assert [case.name for case in spec.cases] == [f"c-config{i}" for i in range(count)] + ["m-first", "m-by_block"]
     cells = {c.case: c for c in build_cells([spec], select_targets(targets, ["sm_90"]))}

@@ -106,10 +106,7 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
         shutil.rmtree(records_dir, ignore_errors=True)
     code = 128 - code if code < 0 else code   # killed by a signal: the shell's convention
     kernels = group_launches(records, names=names, started_ns=started_ns)
-    if not kernels and code == 0:
-        raise UsageError("the command made no Triton kernel launch", field="COMMAND",
-                         fix="run the program or tests that launch the kernels (a Python started with -E or -I "
-                             "ignores PYTHONPATH, which the capture hook needs)")
+    _refuse_nothing_recorded(kernels, code, notes)
     if kernels:
         out.mkdir(parents=True, exist_ok=True)
         _refuse_link_on_the_way(out, cwd)
@@ -118,6 +115,20 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
                                command=portable_command(command, project.root), check=check, patterns=targets,
                                dtype_names=set(DTYPES), option_backends=_option_backends(), progress=progress or no_progress)
     return CaptureOutcome(written=specs.written, notes=notes, command_exit=code, specs=specs, answered_as=answer_as)
+
+
+def _refuse_nothing_recorded(kernels: list, code: int, notes: list[str]) -> None:
+    """A command that exited 0 with no launch recorded: it launched nothing, or xisa refused every launch (why)."""
+    if kernels or code != 0:
+        return
+    if notes:   # it launched, and xisa could record none of its launches
+        more = f" ({len(notes) - 1} more refused)" if len(notes) > 1 else ""
+        raise UsageError(f"no launch was recorded: {notes[0]}{more}", field="COMMAND",
+                         fix="the reason says what to change; a launch xisa cannot compile as the launch did is never "
+                             "written as a case")
+    raise UsageError("the command made no Triton kernel launch", field="COMMAND",
+                     fix="run the program or tests that launch the kernels (a Python started with -E or -I "
+                         "ignores PYTHONPATH, which the capture hook needs)")
 
 
 DEFAULT_ANSWER_TARGET = "sm_90"   # an H200: the GPU `xisa device` and on-device captures run on (targets/sm_90.yaml)

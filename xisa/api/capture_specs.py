@@ -67,7 +67,7 @@ class WrittenSpecs:
 
 
 def plan_specs(kernels: list[CapturedKernel], *, out: Path, project: Project, target_names: list[str],
-               dtype_names: set[str], option_backends: dict[str, set[str]], count_configs) -> list[SpecPlan]:
+               dtype_names: set[str], option_backends: dict[str, set[str]], list_configs) -> list[SpecPlan]:
     """Per kernel, the launches no case of its existing spec compiles already (all of them for a new file)."""
     plans = []
     for kernel in kernels:
@@ -83,7 +83,7 @@ def plan_specs(kernels: list[CapturedKernel], *, out: Path, project: Project, ta
             data = parse_existing(existing, shown=shown)
             key, where, _ = kernel_source(kernel, out, project.root)
             check_same_kernel(data, key=key, where=where, function=kernel.function, shown=shown)
-            known = set(identities(data, path, shown=shown, target_names=target_names, count_configs=count_configs))
+            known = set(identities(data, path, shown=shown, target_names=target_names, list_configs=list_configs))
         launches = []
         for launch in kernel.launches:
             block = render_case(launch, "probe", root=project.root, dtype_names=dtype_names,
@@ -179,7 +179,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
     """Each new case compiled once for the chosen targets (default: all): what each target said."""
     from xisa.api.run import compile_cells
     from xisa.api.workspace import Workspace
-    from xisa.compile.autotune import count_configs
+    from xisa.compile.config_all import config_lister
     from xisa.compile.runner import RunOptions
     from xisa.spec.cases import build_cells, case_targets, load_specs
     from xisa.spec.targets import load_targets, select_targets
@@ -196,7 +196,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
         try:
             (spec,) = load_specs([plan.path], root=project.root, pythonpath=project.pythonpath,
                                  import_hooks=project.import_hooks,
-                                 count_configs=lambda s, f: count_configs(s, f, roots=roots))
+                                 list_configs=config_lister(roots, list(targets.values())))
         except XisaError as exc:
             summary.not_loaded.append(str(exc))
             continue
@@ -294,13 +294,13 @@ def write_captured(kernels: list[CapturedKernel], sources: dict[str, str], *, ou
                    command: str, check: bool, patterns: list[str] | None, dtype_names: set[str],
                    option_backends: dict[str, set[str]], progress) -> WrittenSpecs:
     """Plan, write, compile the new cases once (unless `check` is off), and write again with what the targets said."""
-    from xisa.compile.autotune import count_configs
+    from xisa.compile.config_all import config_lister
     from xisa.spec.targets import load_targets
 
     targets = load_targets(list(project.target_dirs), root=project.root)
     roots = list(project.kernel_roots)
     plans = plan_specs(kernels, out=out, project=project, target_names=sorted(targets), dtype_names=dtype_names,
-                       option_backends=option_backends, count_configs=lambda s, f: count_configs(s, f, roots=roots))
+                       option_backends=option_backends, list_configs=config_lister(roots, list(targets.values())))
     if plans:
         out.mkdir(parents=True, exist_ok=True)
     kept, notes = write_kept_sources(plans, sources, out=out, project=project)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xisa.analyze.expect import check_against_targets
-from xisa.compile.autotune import count_configs
+from xisa.compile.config_all import config_lister
 from xisa.compile.cache_limit import trim_cache
 from xisa.compile.toolchain import describe_toolchain
 from xisa.errors import SpecError, ToolchainError
@@ -126,7 +126,7 @@ def open_workspace(*, spec: list[Path] | None = None, golden: Path | None = None
                         fix="add kernels/<name>.yaml or pass --spec PATH")
     roots = list(project.kernel_roots)
     specs = load_specs(files, root=project.root, pythonpath=project.pythonpath, import_hooks=project.import_hooks,
-                       count_configs=lambda spec, field: count_configs(spec, field, roots=roots))
+                       list_configs=config_lister(roots, list(targets.values())))
     return Workspace(project=project, targets=targets, specs=specs)
 
 

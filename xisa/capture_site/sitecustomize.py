@@ -160,7 +160,7 @@ class _Recorder:
             raise ValueError("it is launched through several autotuners, and a spec case picks the config of one")
         for wrapper in chain:
             if isinstance(wrapper, autotuner):
-                chosen = _config(_chosen_config(wrapper), self.listed_configs(wrapper))
+                chosen = _config(_chosen_config(wrapper), self.listed_configs(wrapper), lambda: self.kept(wrapper))
                 chosen_by = self.chosen_by(wrapper)
             elif isinstance(wrapper, heuristics):   # a constexpr, or a launch option (FlagGems' num_warps)
                 computed.update({k: constexprs[k] for k in wrapper.values if k in constexprs})
@@ -220,6 +220,8 @@ class _Recorder:
         stack = self.local.__dict__.setdefault("wrappers", [])
         if (stack and stack[-1] is wrapper) or isinstance(wrapper, launch_classes()):
             return original(wrapper, *args, **kwargs)   # a subclass's run calling super().run; a launch class
+        calls = self.local.__dict__.setdefault("calls", {})   # what its pruning reads (`kept`), while it runs
+        calls[id(wrapper)] = kwargs
         stack.append(wrapper)
         try:
             autotuner = wrapper_classes()[0]
@@ -229,6 +231,7 @@ class _Recorder:
             return self.run_by_policy(wrapper, original, args, kwargs, policy)
         finally:
             stack.pop()
+            calls.pop(id(wrapper), None)
 
     def policy_for(self, tuner) -> str:
         if self.policy is not None:
@@ -255,6 +258,7 @@ class _Recorder:
                     self.local.no_bench -= 1
             tuner.nargs = dict(zip(tuner.arg_names, args))   # what prune_configs reads, as Autotuner.run sets it
             pruned = list(tuner.prune_configs(kwargs))
+            self.local.__dict__.setdefault("pruned", {})[id(tuner)] = pruned   # a pruner may make configs (gemlite)
             if policy == "all":
                 chosen_by[id(tuner)] = "all"
                 self.local.record_only = getattr(self.local, "record_only", 0) + 1
@@ -267,6 +271,7 @@ class _Recorder:
             return self.run_with_config(tuner, original, pruned[0], args, kwargs)
         finally:
             chosen_by.pop(id(tuner), None)
+            self.local.__dict__.get("pruned", {}).pop(id(tuner), None)
 
     def run_with_config(self, tuner, original, config, args: tuple, kwargs: dict):
         """The autotuner's run as if `config` were its only one; the case still names it among all of them. (A
@@ -288,6 +293,14 @@ class _Recorder:
 
     def listed_configs(self, tuner) -> list:
         return self.local.__dict__.get("listed", {}).get(id(tuner), tuner.configs)
+
+    def kept(self, tuner) -> list:
+        """What the autotuner's pruning kept for the launch under way: the list a policy chose from, else (`bench`)
+        its pruning again, as its run ran it (with one config it prunes nothing; no nargs: not inside its run)."""
+        pruned, kwargs = self.local.__dict__.get("pruned", {}), self.local.__dict__.get("calls", {}).get(id(tuner))
+        if id(tuner) in pruned or kwargs is None or getattr(tuner, "nargs", None) is None:
+            return pruned.get(id(tuner), [])
+        return list(tuner.prune_configs(kwargs)) if len(tuner.configs) > 1 else []
 
     def skips(self) -> bool:
         """Whether a launch returns without compiling or running: --no-run, or one config of `all` recorded."""
@@ -345,11 +358,11 @@ def _attribute_name(module, obj, preferred):
     return None
 
 
-def _config(config, configs) -> dict:
+def _config(config, configs, kept=lambda: []) -> dict:
     """An autotune Config as the spec's `config:` holds it: its kwargs, num_warps and num_stages, and num_ctas,
-    maxnreg only when not their defaults (1, None) or when another of the autotuner's `configs` differs only in
-    them. xisa compiles the configs the autotuner lists, so one that is none of them is refused here (a launch
-    not recorded, noted) rather than written as a case its compile refuses."""
+    maxnreg only when not their defaults (1, None) or when another config it could be differs only in them. xisa
+    compiles the configs listed or made by the pruning for this launch (`kept()`: gemlite's makes new ones), so one
+    that is neither is refused here (a launch not recorded, noted) rather than written as a case its compile refuses."""
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
     if getattr(config, "num_ctas", 1) not in (1, None):
         options["num_ctas"] = config.num_ctas
@@ -358,12 +371,15 @@ def _config(config, configs) -> dict:
     if getattr(config, "ir_override", None) is not None:
         options["ir_override"] = _plain(config.ir_override)
     chosen = {"kwargs": {k: _constexpr(v) for k, v in config.kwargs.items()}, "options": options}
-    matching = _configs_matching({**chosen["kwargs"], **options}, configs)
+    candidates = configs if _configs_matching({**chosen["kwargs"], **options}, configs) else list(kept())
+    matching = _configs_matching({**chosen["kwargs"], **options}, candidates)
     if len(matching) > 1:
         options.update(num_ctas=getattr(config, "num_ctas", 1), maxnreg=getattr(config, "maxnreg", None))
-        matching = _configs_matching({**chosen["kwargs"], **options}, configs)
+        matching = _configs_matching({**chosen["kwargs"], **options}, candidates)
     if not matching:
-        raise ValueError(f"the autotuner launched a config that is none of its {len(configs)} configs ({config}): "
+        pruned = candidates and list(map(id, candidates)) != list(map(id, configs))
+        made = f" nor of the {len(candidates)} its pruning kept for this launch" if pruned else ""
+        raise ValueError(f"the autotuner launched a config that is none of its {len(configs)} configs{made} ({config}): "
                          "a library's own config cache chose it (fla's FLA_CACHE_MODE); capture with that cache off "
                          "or --config-policy first")
     if any(other.all_kwargs() != matching[0].all_kwargs() or other.pre_hook is not matching[0].pre_hook

@@ -17,15 +17,15 @@ launch through (`loader.unwrap_kernel` says why that holds for LibEntry).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from xisa.compile.loader import load_kernel_object, unwrap_kernel
+from xisa.compile.prune import (describe_config, describe_kept, kept_configs, listed_index, plain_config,
+                                same_config)
 from xisa.compile.standins import constexpr_value, plain
 from xisa.errors import BindError, SpecError
 from xisa.spec.cases import Cell, KernelSpec
 
-def _autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
+def autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
     from triton.runtime.autotuner import Autotuner
 
     tuners = [w for w in wrappers if isinstance(w, Autotuner)]
@@ -35,28 +35,10 @@ def _autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
     return tuners[0] if tuners else None
 
 
-def count_configs(spec: KernelSpec, field: str, *, roots: list[Path]) -> int:
-    """How many configs the autotuner `spec` names has, for `config: all` (this imports the kernel module)."""
-    tuner = _autotuner_of(unwrap_kernel(load_kernel_object(spec, roots=roots), spec)[1], spec, field)
-    if tuner is None:
-        raise _not_autotuned(spec, field)
-    return len(tuner.configs)
-
-
-def _not_autotuned(spec: KernelSpec, field: str) -> SpecError:
+def not_autotuned(spec: KernelSpec, field: str) -> SpecError:
     return SpecError(f"{spec.function!r} is not an @triton.autotune object, so `config` has nothing to pick",
                      path=spec.spec_path, field=field,
                      fix="drop `config`, or name the @triton.autotune object in `function:`")
-
-
-def _plain_config(config) -> dict[str, Any]:
-    """A Triton Config as the values a launch passes (Config.all_kwargs: its kwargs, then the options it sets)."""
-    return {name: plain(value) for name, value in config.all_kwargs().items()}
-
-
-def describe_config(index: int, config) -> str:
-    values = ", ".join(f"{name}: {value}" for name, value in _plain_config(config).items())
-    return f"config {index} {{{values}}}"
 
 
 def _same_value(given: Any, value: Any) -> bool:
@@ -66,51 +48,72 @@ def _same_value(given: Any, value: Any) -> bool:
     return given == value
 
 
-def select_config(tuner, chosen: Any, spec: KernelSpec, field: str) -> tuple[int, Any]:
-    """The autotuner config a case's `config:` picks: an index, or a mapping matching exactly one config's values
-    on the keys it gives."""
+def select_config(tuner, chosen: Any, spec: KernelSpec, field: str, kept: list | None = None,
+                  target: str = "") -> tuple[int | None, Any, str]:
+    """The config a case's `config:` picks among `kept` (what `target`'s pruning leaves; default: the whole list):
+    an index into the autotuner's list, or a mapping matching exactly one kept config's values on the keys it gives.
+    Returns its index in the autotuner's list (None: the pruner made it), the config and its description."""
     configs = list(tuner.configs)
-    listing = "; ".join(describe_config(i, c) for i, c in enumerate(configs))
+    pruned = kept is not None and (len(kept) != len(configs) or any(a is not b for a, b in zip(kept, configs)))
+    kept = configs if kept is None else kept
+    listing = "; ".join(describe_kept(tuner, kept, i) for i in range(len(kept)))
+    among = f"{target}'s pruner keeps {listing}" if pruned else listing
     if chosen is None:
         raise SpecError(f"{spec.function!r} is autotuned ({len(configs)} configs) and the case picks none",
                         path=spec.spec_path, field=field, fix="config: 0 (an index), a mapping of a config's values "
-                        f"such as {{{', '.join(f'{k}: {v}' for k, v in _plain_config(configs[0]).items())}}}, or all "
+                        f"such as {{{', '.join(f'{k}: {v}' for k, v in plain_config(kept[0]).items())}}}, or all "
                         "(one case per config)")
     if isinstance(chosen, int) and not isinstance(chosen, bool):
         if chosen >= len(configs):
             raise SpecError(f"config {chosen} is out of range: the autotuner has {len(configs)} configs",
                             path=spec.spec_path, field=field, fix=f"an index 0..{len(configs) - 1}: {listing}")
-        return chosen, configs[chosen]
+        position = next((i for i, config in enumerate(kept) if same_config(config, configs[chosen])), None)
+        if position is None:
+            raise _not_kept(describe_config(f"config {chosen}", configs[chosen]), among, spec, field)
+        return chosen, kept[position], describe_kept(tuner, kept, position)
     if not isinstance(chosen, dict):
         raise BindError(f"config {chosen!r} was not expanded", path=spec.spec_path, field=field)
     wanted = {name: constexpr_value(value, path=spec.spec_path, field=f"{field}.{name}")
               for name, value in chosen.items()}
+    shown = f"config {{{', '.join(f'{k}: {v}' for k, v in chosen.items())}}}"
+    matches = _matching(kept, wanted)
+    if not matches and pruned and _matching(configs, wanted):
+        raise _not_kept(shown, among, spec, field)
+    if len(matches) != 1:
+        how = "matches none" if not matches else f"matches {len(matches)} ({', '.join(map(str, matches))})"
+        of = f"of the {len(kept)} configs {target}'s pruner keeps" if pruned else \
+            f"of the autotuner's {len(configs)} configs"
+        raise SpecError(f"{shown} {how} {of}", path=spec.spec_path, field=field,
+                        fix=f"give values that match exactly one, or an index: {listing}")
+    return listed_index(tuner, kept[matches[0]]), kept[matches[0]], describe_kept(tuner, kept, matches[0])
+
+
+def _matching(configs: list, wanted: dict[str, Any]) -> list[int]:
+    """The positions of the configs whose values are `wanted` on its keys; a list holding one config twice
+    (FlagGems' tuning files can) matches once: the same launch."""
     missing = object()
     matches = [i for i, config in enumerate(configs)
                if all(_same_value(value, config.all_kwargs().get(name, missing if value is not None else None))
                       for name, value in wanted.items())]
-    if matches and all(_same_config(configs[i], configs[matches[0]]) for i in matches[1:]):
-        matches = matches[:1]   # a list holding one config twice (FlagGems' tuning files can): the same launch
-    if len(matches) != 1:
-        how = "matches none" if not matches else f"matches {len(matches)} ({', '.join(map(str, matches))})"
-        raise SpecError(f"config {{{', '.join(f'{k}: {v}' for k, v in chosen.items())}}} {how} of the autotuner's "
-                        f"{len(configs)} configs", path=spec.spec_path, field=field,
-                        fix=f"give values that match exactly one, or an index: {listing}")
-    return matches[0], configs[matches[0]]
+    if matches and all(same_config(configs[i], configs[matches[0]]) for i in matches[1:]):
+        matches = matches[:1]
+    return matches
 
 
-
-def _same_config(one, other) -> bool:
-    return one.all_kwargs() == other.all_kwargs() and one.pre_hook is other.pre_hook
+def _not_kept(shown: str, among: str, spec: KernelSpec, field: str) -> SpecError:
+    return SpecError(f"{shown} is pruned away on this target: {among}", path=spec.spec_path, field=field,
+                     fix="pick a config the pruner keeps (an index or values), or config: all (the kept ones)")
 
 
 def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],
-                  params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str]:
+                  params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str, dict | None]:
     """What the kernel's wrappers do to a launch's keyword arguments, outermost first: an Autotuner adds its config's
     values (`Config.all_kwargs`) and runs its pre_hook; a Heuristics sets each of its keys from a dict of every
     argument (`Heuristics.run`); any other wrapper changes nothing. A value the case gives that a wrapper would replace with another is refused, naming
     both (the same value is accepted: a captured case repeats them).
-    Returns the kernel's kwargs, the launch options and the config's description ('' when none)."""
+    The autotuner picks among the configs its pruning keeps on the cell's target (`xisa.compile.prune`).
+    Returns the kernel's kwargs, the launch options, the config's description ('' when none) and the config
+    compiled ({index in the autotuner's list, None for one its pruner made; values}, None when none)."""
     from triton.compiler import make_backend
     from triton.runtime.autotuner import Autotuner, Heuristics
 
@@ -119,17 +122,17 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
     where = cell.field_path or "case"
     option_fields = backend_option_fields(make_backend(cell.target.gpu_target()), cell.target)
     launch = {**kwargs, **options}   # a launch's kwargs: parameters and options alike
-    given = {name: cell.field_of("constexprs", name) for name in cell.constexprs}   # the case's own values
-    given.update({name: cell.field_of("args", name) for name in cell.args})
-    given.update({name: cell.field_of("options", name) for name in cell.options})
-    config_name = ""
-    tuner = _autotuner_of(wrappers, spec, f"{where}.config")
+    given = _given(cell)
+    config_name, picked = "", None
+    tuner = autotuner_of(wrappers, spec, f"{where}.config")
     if tuner is None and cell.config is not None:
-        raise _not_autotuned(spec, f"{where}.config")
+        raise not_autotuned(spec, f"{where}.config")
     for wrapper in wrappers:   # any KernelInterface that is neither passes the launch through unchanged
         if isinstance(wrapper, Autotuner):
-            index, config = select_config(wrapper, cell.config, spec, f"{where}.config")
-            config_name = describe_config(index, config)
+            kept = kept_configs(wrapper, launch, path=path, field=f"{where}.config")   # the target answers the device
+            index, config, config_name = select_config(wrapper, cell.config, spec, f"{where}.config", kept,
+                                                       cell.target.name)
+            picked = {"index": index, "values": plain_config(config)}
             for name, value in config.all_kwargs().items():
                 if name in given and not _same_value(launch[name], value):
                     raise BindError(f"the case sets {name} to {plain(launch[name])!r} but {config_name} sets it to "
@@ -145,20 +148,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
                                     path=path, field=f"{where}.config",
                                     fix="make the pre_hook work on stand-in tensors (shape, dtype, stride())") from None
         elif isinstance(wrapper, Heuristics):
-            for name, heuristic in wrapper.values.items():
-                try:
-                    value = heuristic(dict(launch))
-                except Exception as exc:
-                    raise BindError(f"heuristic {name!r} raised {type(exc).__name__}: {exc}".splitlines()[0],
-                                    path=path, field=where, fix="give the case the arguments the heuristic reads") \
-                        from None
-                if name in given and not _same_value(launch[name], value):
-                    raise BindError(f"the case sets {name} to {plain(launch[name])!r} but the kernel's heuristic "
-                                    f"{name!r} computes {plain(value)!r}, which a launch applies over it", path=path,
-                                    field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
-                _check_captured_heuristic(cell, name, value)
-                if name in params or name in option_fields:
-                    launch[name] = value
+            _apply_heuristics(cell, wrapper, launch, given, params, option_fields)
     computed = {name for wrapper in wrappers if isinstance(wrapper, Heuristics) for name in wrapper.values}
     for name in cell.heuristics:
         if name not in computed:
@@ -167,7 +157,54 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
                             fix=f"heuristics: names what the kernel's heuristics compute ({', '.join(sorted(computed)) or 'none'})")
     kernel_kwargs = {name: value for name, value in launch.items() if name in params}
     launch_options = {name: value for name, value in launch.items() if name not in params}
-    return kernel_kwargs, launch_options, config_name
+    return kernel_kwargs, launch_options, config_name, picked
+
+
+def _given(cell: Cell) -> dict[str, str]:
+    """The names of the case's own values -> the field each is written in."""
+    given = {name: cell.field_of("constexprs", name) for name in cell.constexprs}
+    given.update({name: cell.field_of("args", name) for name in cell.args})
+    given.update({name: cell.field_of("options", name) for name in cell.options})
+    return given
+
+
+def _apply_heuristics(cell: Cell, wrapper, launch: dict[str, Any], given: dict[str, str], params: dict[str, Any],
+                      option_fields: set[str]) -> None:
+    """`Heuristics.run`: each of its keys set in `launch` from a dict of every argument."""
+    path, where = cell.kernel.spec_path, cell.field_path or "case"
+    for name, heuristic in wrapper.values.items():
+        try:
+            value = heuristic(dict(launch))
+        except Exception as exc:
+            raise BindError(f"heuristic {name!r} raised {type(exc).__name__}: {exc}".splitlines()[0],
+                            path=path, field=where, fix="give the case the arguments the heuristic reads") \
+                from None
+        if name in given and not _same_value(launch[name], value):
+            raise BindError(f"the case sets {name} to {plain(launch[name])!r} but the kernel's heuristic "
+                            f"{name!r} computes {plain(value)!r}, which a launch applies over it", path=path,
+                            field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
+        _check_captured_heuristic(cell, name, value)
+        if name in params or name in option_fields:
+            launch[name] = value
+
+
+def kept_at_autotuner(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],
+                      params: dict[str, Any]) -> tuple[Any, list]:
+    """The kernel's autotuner and the configs its pruning keeps for the cell's launch, as `run_wrappers` meets it
+    (a Heuristics outside it applied first). Run it where the cell's target answers the device."""
+    from triton.compiler import make_backend
+    from triton.runtime.autotuner import Heuristics
+
+    field = f"{cell.field_path or 'case'}.config"
+    tuner = autotuner_of(wrappers, cell.kernel, field)
+    if tuner is None:
+        raise not_autotuned(cell.kernel, field)
+    option_fields = backend_option_fields(make_backend(cell.target.gpu_target()), cell.target)
+    launch, given = {**kwargs, **options}, _given(cell)
+    for wrapper in wrappers[:wrappers.index(tuner)]:
+        if isinstance(wrapper, Heuristics):
+            _apply_heuristics(cell, wrapper, launch, given, params, option_fields)
+    return tuner, kept_configs(tuner, launch, path=cell.kernel.spec_path, field=field)
 
 
 def _check_captured_heuristic(cell: Cell, name: str, value: Any) -> None:

@@ -13,7 +13,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from xisa.compile.autotune import backend_option_fields, run_wrappers
+from xisa.compile.autotune import backend_option_fields, kept_at_autotuner, run_wrappers
 from xisa.compile.loader import named_object, unwrap_kernel
 from xisa.compile.standins import DerivedInt, constexpr_value, make_standin, plain, resolve_derived
 from xisa.errors import BindError
@@ -32,6 +32,7 @@ class BoundCell:
     target: Any                      # GPUTarget
     config: str = ""                 # the autotuner config applied, described ('' when none)
     notes: tuple[str, ...] = ()      # launch options Triton itself rewrote for the target, each named
+    picked: dict | None = None       # that config: {index: in the autotuner's list (None: its pruner made it), values}
 
     def signature_record(self) -> dict[str, Any]:
         names = list(self.signature)
@@ -60,6 +61,39 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
     spec = cell.kernel
     path = spec.spec_path
     where = cell.field_path or "case"
+    fn, wrappers, params, kwargs = _case_values(cell, fn)
+    options = dict(cell.options)
+    config_name, picked = "", None
+    if wrappers or cell.config is not None or cell.heuristics:
+        kwargs, options, config_name, picked = run_wrappers(cell, wrappers, kwargs, options, params)
+    missing = [n for n, p in params.items() if n not in kwargs and not p.has_default]
+    if missing:
+        section = "constexprs" if params[missing[0]].is_constexpr else "args"
+        raise BindError(f"parameter {missing[0]!r} has no value for target {cell.target.name}", path=path,
+                        field=f"{where}.{section}", fix=f"add {section}: {{{missing[0]}: ...}}")
+    try:
+        bound = bind_values(fn, cell.target.gpu_target(), kwargs, options, path=path, where=where,
+                            target_name=cell.target.name, option_field=lambda name: cell.field_of("options", name))
+    except BindError as exc:
+        if not config_name:
+            raise
+        raise BindError(f"{config_name}: {exc.detail}", path=path, field=exc.field, fix=exc.fix) from None
+    bound.config, bound.picked = config_name, picked
+    return bound
+
+
+def configs_kept_for(cell: Cell, fn) -> tuple[Any, list]:
+    """The autotuner `fn` holds and the configs its pruning keeps for the cell's stand-ins, as a launch with them
+    would prune (run it where the cell's target answers the device: `xisa.compile.reads.compiling`)."""
+    fn, wrappers, params, kwargs = _case_values(cell, fn)
+    return kept_at_autotuner(cell, wrappers, kwargs, dict(cell.options), params)
+
+
+def _case_values(cell: Cell, fn) -> tuple[Any, tuple, dict[str, Any], dict[str, Any]]:
+    """The JITFunction, its wrappers and parameters, and the case's arguments as a launch passes them: stand-ins for
+    tensors, derived ints resolved, constexprs as values."""
+    spec = cell.kernel
+    path = spec.spec_path
     fn, wrappers = unwrap_kernel(named_object(spec, fn, cell.target), spec)
     params = {p.name: p for p in fn.params}
     kwargs: dict[str, Any] = {}
@@ -82,24 +116,7 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
             raise BindError(f"{name!r} is a runtime parameter, not a tl.constexpr", path=path,
                             field=cell.field_of("constexprs", name), fix="move it under `args`")
         kwargs[name] = constexpr_value(value, path=path, field=cell.field_of("constexprs", name))
-    options = dict(cell.options)
-    config_name = ""
-    if wrappers or cell.config is not None or cell.heuristics:
-        kwargs, options, config_name = run_wrappers(cell, wrappers, kwargs, options, params)
-    missing = [n for n, p in params.items() if n not in kwargs and not p.has_default]
-    if missing:
-        section = "constexprs" if params[missing[0]].is_constexpr else "args"
-        raise BindError(f"parameter {missing[0]!r} has no value for target {cell.target.name}", path=path,
-                        field=f"{where}.{section}", fix=f"add {section}: {{{missing[0]}: ...}}")
-    try:
-        bound = bind_values(fn, cell.target.gpu_target(), kwargs, options, path=path, where=where,
-                            target_name=cell.target.name, option_field=lambda name: cell.field_of("options", name))
-    except BindError as exc:
-        if not config_name:
-            raise
-        raise BindError(f"{config_name}: {exc.detail}", path=path, field=exc.field, fix=exc.fix) from None
-    bound.config = config_name
-    return bound
+    return fn, wrappers, params, kwargs
 
 
 

@@ -58,6 +58,7 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: Ba
                 bound = bind_cell(cell, fn)
             result.binding = bound.signature_record()
             result.options = bound.options_record()
+            result.config = bound.picked
             with backend_reuse(store, cell, bound, sources.path_of, lookup=lookup) as reuse:
                 try:
                     if reuse is not None:

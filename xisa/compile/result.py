@@ -22,6 +22,8 @@ class CellResult(NamedByCell):
     analysis: Analysis | None = None
     binding: dict[str, Any] = field(default_factory=dict)   # signature, constexprs, attrs
     options: dict[str, Any] = field(default_factory=dict)
+    # The autotuner config compiled, of those the target's pruning keeps: {index (None: the pruner made it), values}
+    config: dict[str, Any] | None = None
     seconds: float = 0.0
     stages: dict[str, str | bytes] = field(default_factory=dict, repr=False)
     cached: bool = False
@@ -62,6 +64,7 @@ class CellResult(NamedByCell):
             "constexprs": self.binding.get("constexprs", {}),
             "attrs": self.binding.get("attrs", {}),
             "options": dict(self.options),
+            "config": self.config,
             "resources": self.resources(),
             "launch": self.launch.to_json() if self.launch else None,
             "seconds": round(self.seconds, 3),
@@ -73,14 +76,15 @@ class CellResult(NamedByCell):
         return {
             "kernel": self.kernel, "case": self.case, "target": self.target, "status": self.status,
             "error": self.error, "error_kind": self.error_kind, **analysis_to_cache(self.analysis),
-            "binding": self.binding, "options": self.options, "seconds": self.seconds, "resolved": self.resolved,
+            "binding": self.binding, "options": self.options, "config": self.config, "seconds": self.seconds,
+            "resolved": self.resolved,
         }
 
     @classmethod
     def from_cache(cls, data: dict[str, Any]) -> "CellResult":
         return cls(kernel=data["kernel"], case=data["case"], target=data["target"], status=data["status"],
                    error=data["error"], error_kind=data.get("error_kind"), analysis=analysis_from_cache(data),
-                   binding=data["binding"], options=data["options"], seconds=data["seconds"],
+                   binding=data["binding"], options=data["options"], config=data["config"], seconds=data["seconds"],
                    resolved=data["resolved"], cached=True)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from xisa.errors import SpecError
-from xisa.spec.cases import ConfigCounter, case_values, spec_from_data
+from xisa.spec.cases import ConfigLister, case_values, spec_from_data
 
 IDENTITY_MODULE = "xisa_capture_identity"   # stands in for `source:` while values are compared: nothing is imported
 LAUNCH_NAME = re.compile(r"^launch(\d+)$")
@@ -62,10 +62,10 @@ def _values_only(data: dict, cases: list, *, keep_defaults: bool) -> dict:
 
 
 def identities(data: dict, spec_file: Path, *, shown: str, target_names: list[str], keep_defaults: bool = True,
-               count_configs: ConfigCounter | None = None) -> list[str]:
+               list_configs: ConfigLister | None = None) -> list[str]:
     """Each case's identity (after matrix and `config: all` expansion): what it compiles on every target."""
     spec = spec_from_data(_values_only(data, data.get("cases") or [], keep_defaults=keep_defaults), spec_file,
-                          shown=shown, count_configs=count_configs)
+                          shown=shown, list_configs=list_configs)
     return [json.dumps([[name, case_values(case, name)] for name in target_names], sort_keys=True, default=repr)
             for case in spec.cases]
 

@@ -25,12 +25,16 @@ _CASE_KEYS = {"name", "args", "constexprs", "options", "targets", "overrides", "
               "config", "heuristics"}
 _LAYER_KEYS = {"args", "constexprs", "options", "targets", "expect", "runtime", "config", "heuristics"}
 _DEFAULT_KEYS = {"args", "constexprs", "options", "expect", "overrides", "runtime", "config", "heuristics"}
-# `config: all` expands a case into one case per autotuner config, named `<case>-config<i>`.
+# `config: all` expands a case into one case per config a launch on the target could pick: `<case>-config<i>` for the
+# autotuner's config i, `<case>-pruned<j>` for the j-th config its pruner made (gemlite's pruner makes new ones).
 CONFIG_ALL = "all"
 CONFIG_FIX = "config: 0 (an index into the autotuner's configs), a mapping such as {BLOCK_M: 64, num_warps: 4}, or all"
-# Given a spec (its cases not yet read) and the field asking, how many configs its autotuner has; reading the
-# list imports the kernel module, so the caller supplies it (the compile layer's `count_configs`).
-ConfigCounter = Callable[["KernelSpec", str], int]
+# Given a spec (its cases not yet read), the field asking and the case's cells on given targets (`config` unset), the
+# configs each target's pruning keeps: {target name: [(index in the autotuner's list or None, values)]}, the key
+# None meaning every target alike (an autotuner that prunes nothing). Running the pruner imports the kernel module
+# and answers the device as each target, so the caller supplies it (the compile layer's `config_lister`).
+KeptConfigs = dict["str | None", list[tuple["int | None", dict]]]
+ConfigLister = Callable[["KernelSpec", str, Callable[[list[Target]], list["Cell"]]], KeptConfigs]
 # A matrix multiplies: 18 axes of two values are 262144 cases, minutes of silence before anything
 # compiles. The bundled specs have at most a few dozen cases each.
 MAX_CASES_PER_SPEC = 4096
@@ -163,14 +167,14 @@ def _check_config(value: Any, path: str, fieldname: str) -> None:
         return
     raise _err(f"config {value!r} is not an index, a mapping or `all`", path, fieldname, CONFIG_FIX)
 
-def load_spec(spec_file: Path, *, display: str | None = None, count_configs: ConfigCounter | None = None) -> KernelSpec:
-    """Read one spec; `count_configs` says how many configs the kernel's autotuner has (for `config: all`)."""
+def load_spec(spec_file: Path, *, display: str | None = None, list_configs: ConfigLister | None = None) -> KernelSpec:
+    """Read one spec; `list_configs` says which configs each target's pruning keeps (for `config: all`)."""
     shown = display or str(spec_file)
     return spec_from_data(load_yaml(spec_file, error=SpecError, display=shown), spec_file, shown=shown,
-                          count_configs=count_configs)
+                          list_configs=list_configs)
 
 
-def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: ConfigCounter | None = None) -> KernelSpec:
+def spec_from_data(data: Any, spec_file: Path, *, shown: str, list_configs: ConfigLister | None = None) -> KernelSpec:
     """A spec from its parsed YAML, as if read from `spec_file` (which decides where `source:` is looked for)."""
     data = _mapping(data, shown, "<top>")
     _check_keys(data, _FILE_KEYS, shown, "")
@@ -197,7 +201,6 @@ def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: Con
     default_override_fields = tuple(f"defaults.overrides.{pattern}" for pattern, _ in default_overrides)
     unread = KernelSpec(name=kernel_name, spec_path=shown, spec_file=spec_file.resolve(), source_file=source_file,
                         module=module, function=function, cases=())
-    config_count: list[int] = []   # read once, when a case first asks for `config: all`
     cases_raw = data.get("cases")
     if not isinstance(cases_raw, list) or not cases_raw:
         raise _err("must be a non-empty list of cases", shown, "cases")
@@ -215,54 +218,69 @@ def spec_from_data(data: Any, spec_file: Path, *, shown: str, count_configs: Con
         override_fields = default_override_fields + tuple(f"{fieldname}.overrides.{p}" for p, _ in own_overrides)
         expansion = _expand_matrix(raw.get("matrix"), shown, f"{fieldname}.matrix",
                                    budget=MAX_CASES_PER_SPEC - len(cases))
-        for suffix, layers in _expand_configs(
-                expansion, (defaults, layer), overrides, unread, shown, fieldname, count_configs, config_count,
-                budget=MAX_CASES_PER_SPEC - len(cases)):
-            name = base + suffix
-            check_name("case", name, CASE_NAME, path=shown, field=f"{fieldname}.matrix")
-            if name in seen:
-                raise _err(f"case name {name!r} is used twice", shown, fieldname, "give each case a unique name")
-            seen.add(name)
+        layer_fields = ("defaults", fieldname)
+        for suffix, patches in expansion:
+            layers = (defaults, layer, *patches)
             targets = file_targets
             for piece in layers:
                 if "targets" in piece:
                     targets = _patterns(piece["targets"], shown, f"{fieldname}.targets")
-            cases.append(CaseSpec(kernel=kernel_name, name=name, field_path=fieldname,
-                                  layers=tuple(copy.deepcopy(list(layers))), overrides=overrides,
-                                  target_patterns=targets, override_fields=override_fields,
-                                  layer_fields=("defaults", fieldname, *[f"{fieldname}.matrix"] * (len(layers) - 2))))
+            case = CaseSpec(kernel=kernel_name, name=base + suffix, field_path=fieldname,
+                            layers=tuple(copy.deepcopy(list(layers))), overrides=overrides, target_patterns=targets,
+                            override_fields=override_fields,
+                            layer_fields=(*layer_fields, *[f"{fieldname}.matrix"] * len(patches)))
+            for expanded in _expand_configs(case, unread, shown, list_configs):
+                check_name("case", expanded.name, CASE_NAME, path=shown, field=f"{fieldname}.matrix")
+                if expanded.name in seen:
+                    raise _err(f"case name {expanded.name!r} is used twice", shown, fieldname,
+                               "give each case a unique name")
+                seen.add(expanded.name)
+                cases.append(expanded)
+                if len(cases) > MAX_CASES_PER_SPEC:
+                    raise _err(f"expands to more than the {MAX_CASES_PER_SPEC} cases a spec may have", shown,
+                               fieldname, "drop axes, values or configs, or split the cases into several specs")
     return dataclasses.replace(unread, cases=tuple(cases))
 
 
-def _expand_configs(expansion: list[tuple[str, tuple[dict, ...]]], base: tuple[dict, dict],
-                    overrides: tuple[tuple[str, dict], ...], spec: KernelSpec, path: str, fieldname: str,
-                    count_configs: ConfigCounter | None, config_count: list[int], *, budget: int):
-    """Each matrix combination whose merged `config` is `all` becomes one case per config, `-config<i>` appended to
-    its name and `{config: i}` to its layers; the others pass through. Returns (name suffix, layers) pairs."""
+def _expand_configs(case: CaseSpec, spec: KernelSpec, path: str, list_configs: ConfigLister | None) -> list[CaseSpec]:
+    """`case` itself, or, when its merged `config` is `all`, one case per config a launch could pick: on each
+    target, the configs its pruning keeps (`ConfigLister`), each case narrowed to the targets keeping its config."""
+    config = None
+    for piece in case.layers:
+        config = piece.get("config", config)
+    if config != CONFIG_ALL:
+        return [case]
+    fieldname = case.field_path
+    for pattern, override in case.overrides:
+        if "config" in override:
+            raise _err("`config: all` names one case per config, so an override cannot pick a config too", path,
+                       f"{fieldname}.overrides.{pattern}.config",
+                       "drop the override's config, or pick the config per case instead of `all`")
+    if list_configs is None:
+        raise _err("`config: all` needs the kernel's config list, which this reader does not load", path,
+                   f"{fieldname}.config", "open the spec through xisa's workspace (xisa compile, check)")
+    kept = list_configs(spec, f"{fieldname}.config", lambda targets: [
+        replace(resolve_cell(spec, case, target), config=None) for target in case_targets(case, targets)])
+    # (0, config index) or (1, place in the pruner's answer) -> {target: the config it compiles there}
+    by_name: dict[tuple[int, int], dict[str | None, int | dict]] = {}
+    for target, configs in kept.items():
+        for position, (index, values) in enumerate(configs):
+            made = (1, position) if index is None else (0, index)
+            by_name.setdefault(made, {})[target] = values if index is None else index
     expanded = []
-    for suffix, patches in expansion:
-        layers = (*base, *patches)
-        config = None
-        for piece in layers:
-            config = piece.get("config", config)
-        if config != CONFIG_ALL:
-            expanded.append((suffix, layers))
-            continue
-        for pattern, override in overrides:
-            if "config" in override:
-                raise _err("`config: all` names one case per config, so an override cannot pick a config too", path,
-                           f"{fieldname}.overrides.{pattern}.config",
-                           "drop the override's config, or pick the config per case instead of `all`")
-        if not config_count:
-            if count_configs is None:
-                raise _err("`config: all` needs the kernel's config list, which this reader does not load", path,
-                           f"{fieldname}.config", "open the spec through xisa's workspace (xisa compile, check)")
-            config_count.append(count_configs(spec, f"{fieldname}.config"))
-        expanded.extend((f"{suffix}-config{index}", (*layers, {"config": index}))
-                        for index in range(config_count[0]))
-    if len(expanded) > budget:
-        raise _err(f"expands to {len(expanded)} cases, more than the {MAX_CASES_PER_SPEC} a spec may have", path,
-                   fieldname, "drop axes, values or configs, or split the cases into several specs")
+    for (kind, number), on in sorted(by_name.items()):
+        suffix = f"-pruned{number}" if kind else f"-config{number}"
+        values = list(on.values())
+        if all(value == values[0] for value in values):
+            layers, overrides, fields = (*case.layers, {"config": values[0]}), case.overrides, case.override_fields
+        else:   # a config the pruner made, with other values on another target: each target's as an override
+            layers = case.layers
+            overrides = (*case.overrides, *((target, {"config": value}) for target, value in on.items()))
+            fields = (*case.override_fields, *([f"{fieldname}.config"] * len(on)))
+        targets = case.target_patterns if None in on else tuple(on)
+        expanded.append(replace(case, name=case.name + suffix, layers=layers, overrides=overrides,
+                                override_fields=fields, target_patterns=targets,
+                                layer_fields=(*case.layer_fields, f"{fieldname}.config")[:len(layers)]))
     return expanded
 
 
@@ -423,13 +441,14 @@ def discover_spec_files(paths: list[Path]) -> list[Path]:
 
 
 def load_specs(files: list[Path], *, root: Path, pythonpath: tuple[Path, ...] = (),
-               import_hooks: tuple[Path, ...] = (), count_configs: ConfigCounter | None = None) -> list[KernelSpec]:
+               import_hooks: tuple[Path, ...] = (), list_configs: ConfigLister | None = None) -> list[KernelSpec]:
     """The specs of `files`; `pythonpath` and `import_hooks` are the project's settings, part of every load
-    (the one that counts an autotuner's configs too)."""
+    (the ones that list an autotuner's configs too)."""
     def settled(spec: KernelSpec) -> KernelSpec:
         return replace(spec, pythonpath=tuple(pythonpath), import_hooks=tuple(import_hooks))
 
-    counter = None if count_configs is None else (lambda spec, field: count_configs(settled(spec), field))
+    lister = None if list_configs is None else (
+        lambda spec, field, cells_on: list_configs(settled(spec), field, cells_on))
     specs = []
     names: dict[str, str] = {}
     for file in files:
@@ -437,7 +456,7 @@ def load_specs(files: list[Path], *, root: Path, pythonpath: tuple[Path, ...] = 
             shown = str(file.resolve().relative_to(root.resolve()))
         except ValueError:
             shown = str(file)
-        spec = load_spec(file, display=shown, count_configs=counter)
+        spec = load_spec(file, display=shown, list_configs=lister)
         if spec.name in names:
             raise SpecError(f"kernel name {spec.name!r} is also defined in {names[spec.name]}", path=shown,
                             field="name", fix="give each spec a unique `name`")
