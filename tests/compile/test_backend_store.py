@@ -176,8 +176,12 @@ def test_a_back_end_patched_from_outside_triton_is_not_reused(monkeypatch):
     from triton.backends.amd.compiler import HIPBackend
     from triton.backends.compiler import GPUTarget
 
+    from xisa.compile import front_end_pristine
+
+    monkeypatch.setattr(front_end_pristine, "_PRISTINE", [])   # this test's own look at Triton, not the process's
+
     target = GPUTarget("hip", "gfx942", 64)
-    assert back_end_is_tritons(target)
+    assert back_end_is_tritons(target)   # (this process's first look at Triton, as a worker takes it: unpatched)
     original = HIPBackend.make_llir
 
     def patched(*args, **kwargs):   # a library's replacement stage: its code lives outside Triton
@@ -205,3 +209,23 @@ def test_a_corrupt_back_end_entry_is_a_miss(tmp_path, corrupt):
     _replace(root / "src" / "fakelib" / "__init__.py", "\n", "\n# touched\n")
     again = compile_here(root, cache)
     assert set(_where(again).values()) == {"compiled"} and _shas(again) == _shas(first)
+
+
+def test_a_library_rebinding_a_function_the_back_end_calls_is_compiled(tmp_path, monkeypatch):
+    """Issue 36, finding 4: the check covered the backend classes' methods only; a helper rebinding a module function
+    they call (`sm_arch_from_capability`) changed the cubin while a warm check answered from the back-end store."""
+    import triton.backends.nvidia.compiler as nvidia
+
+    # a load in this process rebinds it for good (as in a long-lived worker): put it back after the test
+    monkeypatch.setattr(nvidia, "sm_arch_from_capability", nvidia.sm_arch_from_capability)
+    root, cache = _library(tmp_path / "proj"), tmp_path / "cache"
+    compile_here(root, cache)
+    op = root / "src" / "fakelib" / "op_a.py"
+    op.write_text(op.read_text() + "import triton.backends.nvidia.compiler as _nv\n"
+                  "_nv.sm_arch_from_capability = lambda capability: f'sm_{capability}'   # no 'a': below the kernel\n")
+    warm = compile_here(root, cache)
+    cold = compile_here(root, tmp_path / "cold", use_cache=False)
+    assert cold["op_a:c@sm_90"].analysis.code_sha256 != compile_here(
+        _library(tmp_path / "plain"), tmp_path / "plain-cache")["op_a:c@sm_90"].analysis.code_sha256
+    assert _where(warm)["op_a:c@sm_90"] == "compiled"
+    assert _shas(warm) == _shas(cold)

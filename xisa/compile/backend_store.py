@@ -32,6 +32,7 @@ from xisa.analyze.model import Analysis
 from xisa.compile.cache import (BACKEND, CACHE_FORMAT, FRONTEND, EntryStore, stream_holds, toolchain_identity,
                                 xisa_identity)
 from xisa.compile.front_end_key import front_end_record
+from xisa.compile.front_end_pristine import front_end_is_pristine
 from xisa.compile.reads import compile_reads, dependency_digest, note_compile_reads, reads_so_far
 from xisa.compile.result import analysis_from_cache, analysis_to_cache
 from xisa.compile.state import WORKER
@@ -208,13 +209,17 @@ def front_end_key(context: dict[str, Any], bound) -> str | None:
 
 def back_end_is_tritons(target) -> bool:
     """Whether the code between the front end's output and the code object is the installed Triton's own: the
-    backend class for `target` (each function of its classes), the compile function, no stage inspection hook."""
+    backend class for `target` (each function of its classes), the backends' compiler modules as the worker found
+    them (a module function their methods call rebound is another back end), the compile function, no stage
+    inspection hook."""
     import triton
     from triton import knobs
     from triton.compiler import compiler
 
     folder = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), "")
     if getattr(knobs.runtime, "add_stages_inspection_hook", None) is not None:
+        return False
+    if not front_end_is_pristine():   # the backends' compiler modules as found, each function Triton's own
         return False
     codes = [getattr(compiler.compile, "__code__", None)]
     for klass in type(compiler.make_backend(target)).__mro__[:-1]:

@@ -39,12 +39,13 @@ class _Held:
 
     def __init__(self):
         self.modules = _front_end_modules()
-        self.namespaces = [HeldObjects(vars(module)) for _, module in self.modules]
-        self.classes = [(klass, HeldObjects(_own(klass))) for name, module in self.modules
+        self.namespaces = [HeldObjects(_space(name, vars(module))) for name, module in self.modules]
+        self.classes = [(klass, HeldObjects(_space(name, _own(klass)))) for name, module in self.modules
                         for klass in list(vars(module).values())
                         if isinstance(klass, type) and klass.__module__ == name]
-        spaces = [vars(module) for name, module in self.modules if name != _JIT] + \
-            [vars(klass) for klass, _ in self.classes if klass.__module__ != _JIT]
+        spaces = [vars(module) for name, module in self.modules if name != _JIT and not _is_backend_compiler(name)] + \
+            [vars(klass) for klass, _ in self.classes
+             if klass.__module__ != _JIT and not _is_backend_compiler(klass.__module__)]
         # Python's own dicts are not Triton's: a module's `__builtins__`, and `sys.modules` where a module keeps it
         self.containers = [(value, _contents(value)) for space in spaces for key, value in list(space.items())
                            if type(value) in _CONTAINERS and key != "__builtins__" and value is not sys.modules]
@@ -59,31 +60,36 @@ class _Held:
                 not all(name == held_name and module is held_module
                         for (name, module), (held_name, held_module) in zip(modules, self.modules)):
             return False
-        return all(held.same_as(vars(module)) for held, (_, module) in zip(self.namespaces, self.modules)) and \
-            all(held.same_as(vars(klass)) or held.same_as(_own(klass)) for klass, held in self.classes) and \
+        return all(held.same_as(_space(name, vars(module)))
+                   for held, (name, module) in zip(self.namespaces, self.modules)) and \
+            all(held.same_as(_space(klass.__module__, vars(klass))) or
+                held.same_as(_space(klass.__module__, _own(klass))) for klass, held in self.classes) and \
             all(_contents(value) == contents for value, contents in self.containers) and \
             all(map(operator.is_, _code_of(self.functions), self.code))
 
 
-_PRISTINE: list = []   # [_Held] once looked at, [None] when that look found a function that is not Triton's
+_PRISTINE: list = []   # [pid, _Held] once this process looked, [pid, None] when it found a function not Triton's
 
 
 def remember_pristine_front_end() -> None:
-    """Take the look now (a compile worker, before its first load), with every module the front end runs imported."""
-    if not _PRISTINE:
+    """Take the look now (a compile worker, before its first load), with every module the front end runs imported;
+    once a process: a worker forked from a process that looked takes its own (it re-imports the backends' compiler
+    modules first, `xisa.compile.runner.prepare_worker_toolchain`, so the parent's look is not of its modules)."""
+    if not _PRISTINE or _PRISTINE[0] != os.getpid():
+        import triton.backends  # noqa: F401   (imports each backend's compiler module)
         import triton.compiler.code_generator  # noqa: F401
         import triton.language.extra.libdevice  # noqa: F401
         import triton.language.semantic  # noqa: F401
         import triton.runtime.jit  # noqa: F401
 
         held = _Held()
-        _PRISTINE.append(held if all(map(_is_tritons, held.functions)) else None)
+        _PRISTINE[:] = [os.getpid(), held if all(map(_is_tritons, held.functions)) else None]
 
 
 def front_end_is_pristine() -> bool:
     """Triton's front end is as this process first found it, and that was the installed Triton's own."""
     remember_pristine_front_end()
-    return _PRISTINE[0] is not None and _PRISTINE[0].still()
+    return _PRISTINE[1] is not None and _PRISTINE[1].still()
 
 
 def in_held_front_end(module_name: str) -> bool:
@@ -114,8 +120,25 @@ def _front_end_modules() -> list[tuple[str, Any]]:
     modules = sys.modules
     # names first, at C speed: sys.modules holds thousands once torch is in, these packages a hundred
     names = sorted(name for name in list(modules) if type(name) is str and
-                   (name in _EXACT or name.startswith(_SUBMODULES)))
+                   (name in _EXACT or name.startswith(_SUBMODULES) or _is_backend_compiler(name)))
     return [(name, module) for name in names if isinstance(module := modules.get(name), types.ModuleType)]
+
+
+def _is_backend_compiler(name: str) -> bool:
+    """`triton.backends.compiler` and each backend's `compiler` module: the back end's code (its classes' methods
+    and the module functions they call, `sm_arch_from_capability`, `min_dot_size`): a library rebinding one changes
+    the code object while the front end's output stays the same, so the back-end store vouches only while they
+    are as found."""
+    return name.startswith("triton.backends.") and name.endswith(".compiler") and name.count(".") <= 3
+
+
+def _space(module_name: str, namespace: dict) -> dict:
+    """What is held of a namespace: all of it; of a backend's compiler module and its classes, the code (functions,
+    classes, methods), not the state they fill lazily (`HIPBackend._torch_available`, set by the first compile)."""
+    if not _is_backend_compiler(module_name):
+        return namespace
+    return {name: value for name, value in namespace.items()
+            if callable(value) or isinstance(value, (staticmethod, classmethod, property))}
 
 
 def _code_of(functions: list) -> list:
