@@ -125,6 +125,10 @@ def test_the_order_of_the_targets_does_not_change_a_byte_and_a_glob_selects_them
     assert _capture(run_xisa, second, "--no-check", "--as", "sm_90", "--as", "gfx942").code == 0
     assert _capture(run_xisa, third, "--no-check", "--as", "sm_90,gfx94*").code == 0
     assert _texts(first) == _texts(second) and len(_texts(first)) == 4
+    before = _texts(first)
+    again = _capture(run_xisa, first, "--no-check", "--as", "sm_90", "--as", "gfx942")
+    assert again.code == 0 and _texts(first) == before   # its merged cases compile every target's launches
+    assert again.out.count("unchanged") == 4, again.out
     assert _bound(third, "persistent", "gfx942")["constexprs"]["NUM_SMS"] == 304
     assert _bound(third, "persistent", "sm_90")["constexprs"]["NUM_SMS"] == 132
     assert yaml.safe_load(_texts(third)["amd_only.yaml"])["cases"][0]["targets"] == ["gfx942"]
@@ -173,6 +177,19 @@ def test_launches_are_matched_by_where_they_were_made_not_by_their_constexprs():
     assert all(m["launched_on"] == ["gfx942", "sm_90"] for m in merged)
 
 
+def test_an_autotuners_config_is_shared_whole_or_set_per_target():
+    """The config each target's pruning kept: one `config:` where equal, else each target's whole in its override."""
+    small, large = {"kwargs": {"BK": 16}, "options": {"num_warps": 4}}, {"kwargs": {"BK": 32}, "options": {"num_warps": 4}}
+    records = {target: [dict(_record("s1", constexprs={"N": 1}, target=target), autotune=config)]
+               for target, config in (("gfx942", small), ("gfx950", small), ("sm_90", large))}
+    (merged,) = merge_targets(records, target_backends=BACKENDS, option_backends=OWNERS)
+    assert merged["autotune"] is None and merged["constexprs"] == {"N": 1}
+    assert merged["per_target"] == {"gfx942": {"config": small}, "gfx950": {"config": small}, "sm_90": {"config": large}}
+    records["sm_90"][0]["autotune"] = small
+    (merged,) = merge_targets(records, target_backends=BACKENDS, option_backends=OWNERS)
+    assert merged["autotune"] == small and merged["per_target"] == {} and merged["launched_on"] is None
+
+
 def test_a_merge_is_the_same_in_any_order_of_targets_and_one_target_is_a_plain_capture():
     gfx = [_record("s1", constexprs={"N": 304}, target="gfx942"), _record("s2", target="gfx942")]
     sm = [_record("s3"), _record("s1", constexprs={"N": 132})]
@@ -219,3 +236,28 @@ def test_a_capture_names_the_targets_whose_values_it_did_not_observe(ran_on, ans
     from xisa.api.capture import unproven_targets
 
     assert unproven_targets(ran_on=ran_on, answered=answered, known=["gfx942", "sm_80", "sm_90"]) == unproven
+
+
+@pytest.mark.parametrize("arch, backend, seen, target", [(90, "cuda", "9.0", "sm_90"), (100, "cuda", "10.0", "sm_100"),
+                                                         ("gfx942:sramecc+:xnack-", "hip", "gfx942", "gfx942")])
+def test_a_launch_on_a_gpu_records_that_gpus_target(monkeypatch, arch, backend, seen, target):
+    """The hook asks Triton's active driver which GPU the launch runs on; capture names its target, which the spec's
+    header and the unproven note then say."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    from xisa.api.capture import _ran_on
+    from xisa.capture_site._xisa_capture_hook import active_device
+    from xisa.spec.targets import load_targets
+
+    class OnGpu:
+        def get_current_target(self):
+            return GPUTarget(backend, arch, 32)
+
+    monkeypatch.setattr(driver, "_active", OnGpu())
+    assert active_device() == {"backend": backend, "arch": seen}
+    records = [_record("s1"), _record("s2")]
+    records[0]["ran_on"] = active_device()
+    known = load_targets([Path(__file__).resolve().parents[1] / "targets"])
+    assert _ran_on({None: records}, known) == [target]
+    assert records[0]["ran_on"] == target

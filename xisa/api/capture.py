@@ -225,10 +225,10 @@ def device_answer_targets(answer_as: str | list[str] | None, *, no_run: bool, ch
             raise UsageError(f"{patterns[0]!r} is not a target of this project", field="--as",
                              fix=f"one of {', '.join(sorted(known))}") from None
         raise UsageError(exc.detail, field="--as", fix=exc.fix) from None
-    if len(names) > 1 and not no_run and os.environ.get("TRITON_INTERPRET") != "1":
-        raise UsageError(f"several targets ({', '.join(names)}) answer the device queries only where no kernel runs "
-                         "on this machine's GPU, which is one target", field="--as",
-                         fix="add --no-run (or run under TRITON_INTERPRET=1), or name one target")
+    if len(names) > 1 and not no_run:
+        raise UsageError(f"several targets ({', '.join(names)}) answer the device queries only under --no-run: a "
+                         "launch that runs, runs on this machine's GPU (or the interpreter), as one target",
+                         field="--as", fix="add --no-run, or name one target")
     return names
 
 

@@ -114,7 +114,7 @@ def _merge_one(members: dict[str, dict], captured: list[str], target_backends: d
                     section.setdefault(key[0], {})[key[1]] = values[target][key]
     record = dict(members[order[0]])
     for section in SECTIONS:
-        record[section] = {name: value for (part, name), value in common.items() if part == section}
+        record[section] = {key[1]: value for key, value in common.items() if key[0] == section and key != CONFIG}
     record["autotune"] = common.get(CONFIG)
     record["per_target"] = per_target
     record["launched_on"] = order if per_target or order != captured else None
