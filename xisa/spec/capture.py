@@ -342,15 +342,17 @@ def render_case(launch: dict, name: str, *, root: Path, dtype_names: set[str], o
         constexprs = _constexprs(launch["constexprs"])
         lines.append(f"    constexprs: {_flow(constexprs)}"
                      + (f"   # {', '.join(unsupported)}: no spec form yet, write by hand" if unsupported else ""))
+    per_target = launch.get("per_target") or {}
+    by_target = any("config" in values for values in per_target.values())
+    if (launch.get("autotune") or by_target) and launch.get("config_chosen_by") not in (None, "autotuner"):
+        # not benchmarked: xisa capture --config-policy
+        lines.append(f"    # config{' (per target)' if by_target else ''}: chosen by the capture's config policy "
+                     f"({launch['config_chosen_by']})")
     if launch.get("autotune"):
-        chosen = launch["autotune"]
-        if launch.get("config_chosen_by") not in (None, "autotuner"):   # not benchmarked: xisa capture --config-policy
-            lines.append(f"    # config: chosen by the capture's config policy ({launch['config_chosen_by']})")
-        lines.append(f"    config: {_flow(_config(chosen))}")
+        lines.append(f"    config: {_flow(_config(launch['autotune']))}")
     common, per_backend = _options_by_backend(launch.get("options") or {}, option_backends)
     if common:
         lines.append(f"    options: {_flow(common)}")
-    per_target = launch.get("per_target") or {}
     if per_backend or per_target:
         lines.append("    overrides:")
         for backend, options in sorted(per_backend.items()):
