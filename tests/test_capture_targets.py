@@ -17,6 +17,10 @@ from xisa.spec.capture_targets import merge_targets
 # same everywhere.
 PROGRAM = '''
 import torch
+
+# read before Triton is imported, as vLLM's platform probe and SGLang's `is_hip()` are
+DECODE_STAGES = 2 if torch.version.hip else 4
+
 import triton
 import triton.language as tl
 
@@ -49,7 +53,7 @@ def run():
     x = torch.empty(8192)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     persistent[(sms,)](x, 8192, NUM_SMS=sms, BLOCK=128)
-    decode[(64,)](x, 8192, BLOCK=128, num_warps=4, num_stages=2 if torch.version.hip else 4)
+    decode[(64,)](x, 8192, BLOCK=128, num_warps=4, num_stages=DECODE_STAGES)
     if torch.version.hip:
         amd_only[(1,)](x)
     same[(1,)](x, BLOCK=64)
