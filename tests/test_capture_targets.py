@@ -1,6 +1,6 @@
 """`xisa capture --no-run --as A --as B`: the program runs once per target, each target's launches hold what that
 target's GPU binds (device-derived constexprs, launch options host code picks by platform), and the specs say it
-once where every target agrees, per target where they differ (README of docs/capture.md, "Capture per target")."""
+once where every target agrees, per target where they differ (docs/capture.md)."""
 
 from __future__ import annotations
 
