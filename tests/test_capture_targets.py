@@ -127,15 +127,17 @@ def test_the_order_of_the_targets_does_not_change_a_byte_and_a_glob_selects_them
     third = _project(tmp_path / "c")
     assert _capture(run_xisa, first, "--no-check", "--as", "gfx942", "--as", "sm_90").code == 0
     assert _capture(run_xisa, second, "--no-check", "--as", "sm_90", "--as", "gfx942").code == 0
-    assert _capture(run_xisa, third, "--no-check", "--as", "sm_90,gfx94*").code == 0
+    # a glob selects architectures; a device (an MI308X: gfx942 with 80 CUs) is named
+    assert _capture(run_xisa, third, "--no-check", "--as", "sm_90,gfx94*", "--as", "gfx942-mi308x").code == 0
     assert _texts(first) == _texts(second) and len(_texts(first)) == 4
     before = _texts(first)
     again = _capture(run_xisa, first, "--no-check", "--as", "sm_90", "--as", "gfx942")
     assert again.code == 0 and _texts(first) == before   # its merged cases compile every target's launches
     assert again.out.count("unchanged") == 4, again.out
     assert _bound(third, "persistent", "gfx942")["constexprs"]["NUM_SMS"] == 304
+    assert _bound(third, "persistent", "gfx942-mi308x")["constexprs"]["NUM_SMS"] == 80
     assert _bound(third, "persistent", "sm_90")["constexprs"]["NUM_SMS"] == 132
-    assert yaml.safe_load(_texts(third)["amd_only.yaml"])["cases"][0]["targets"] == ["gfx942"]
+    assert yaml.safe_load(_texts(third)["amd_only.yaml"])["cases"][0]["targets"] == ["gfx942", "gfx942-mi308x"]
 
 
 def test_several_targets_to_answer_as_need_no_run(tmp_path, run_xisa_in_process):

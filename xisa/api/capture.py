@@ -109,8 +109,8 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
                                progress=progress or no_progress)
     return CaptureOutcome(written=specs.written, notes=notes, command_exit=code, specs=specs,
                           answered_as=tuple(answering), exits={t: c for t, c in exits.items() if t},
-                          ran_on=tuple(ran_on), unproven=tuple(unproven_targets(ran_on=ran_on, answered=answering,
-                                                                                 known=sorted(known))))
+                          ran_on=tuple(ran_on), unproven=tuple(unproven_targets(
+                              ran_on=ran_on, answered=answering, known=[t.name for t in select_targets(known, None)])))
 
 
 def _run_per_target(command: list[str], answering: list[str], **run) -> tuple[dict, dict, list[str], dict]:
