@@ -78,6 +78,35 @@ def innermost(wrapper):
     return inner
 
 
+def launch_site() -> str:
+    """Where the program made the launch under way: its own frames (Triton's and this folder's left out), innermost
+    first, as a digest; the same in every run of the program, whatever target answers its device queries."""
+    import hashlib
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    triton = getattr(sys.modules.get("triton"), "__file__", None)
+    skipped = (here,) + ((os.path.dirname(triton) + os.sep,) if triton else ())
+    frames, frame = [], sys._getframe(1)
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith(skipped):
+            frames.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+        frame = frame.f_back
+    return hashlib.sha256("\n".join(frames).encode()).hexdigest()[:16]
+
+
+def active_device() -> dict:
+    """The backend and arch of the GPU Triton launches on (`9.0`, `gfx942`: as xisa's targets match a device)."""
+    try:
+        from triton.runtime.driver import driver
+
+        target = driver.active.get_current_target()
+    except Exception as exc:   # the launch reports its own driver's failure
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    arch = f"{target.arch // 10}.{target.arch % 10}" if isinstance(target.arch, int) else str(target.arch)
+    return {"backend": target.backend, "arch": arch.split(":")[0]}
+
+
 def _replace(cls, method: str, make, mark: str = _WRAPPED) -> None:
     """`cls.method = make(original)`, once (the new function is marked with the original), keeping its name and doc.
     The method is the class's own, or inherited (`_bench` on Autotuner)."""

@@ -36,8 +36,8 @@ import os
 import sys
 
 from _xisa_capture_hook import (ANSWER_AS_VARIABLE, CONFIG_POLICIES, MODULES, NO_RUN_VARIABLE, POLICY_VARIABLE,
-                                RECORDS_VARIABLE, TARGET_DIRS_VARIABLE, PatchOnImport, WouldBenchmark, innermost,
-                                interpreted_class, launch_classes, patch, wrapper_classes)
+                                RECORDS_VARIABLE, TARGET_DIRS_VARIABLE, PatchOnImport, WouldBenchmark, active_device,
+                                innermost, interpreted_class, launch_classes, launch_site, patch, wrapper_classes)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 TWO_GIB = 2**31 - 1   # the AMD backend's bound for tt.pointer_range 32 (HIPBackend.is_within_2gb)
@@ -83,7 +83,9 @@ class _Recorder:
             return
         try:
             record = self.describe(kernel, args, kwargs)
-            key = record["key"]
+            # once per specialization and place: a capture as several targets matches each target's launches by
+            # where they were made (xisa.spec.capture_targets); a one-target capture keeps the first of each
+            key = (record["key"], record["site"], record["test"])
             with self.lock:
                 if key in self.seen:
                     return
@@ -190,6 +192,8 @@ class _Recorder:
             "options": options, "autotune": chosen, "config_chosen_by": chosen_by, "heuristics": computed,
             "no_run": self.no_run,
             "answered_as": os.environ.get(ANSWER_AS_VARIABLE),   # the target whose GPU answered the device queries
+            "ran_on": self.ran_on(kernel),   # the GPU the launch runs on (its values are that target's)
+            "site": launch_site(),
             "warmup": bool(kwargs.get("warmup")), "test": os.environ.get("PYTEST_CURRENT_TEST"),
             "generated": self.sources.describe(kernel),   # None: its module imports by name elsewhere too
             "time": time.time_ns(),   # orders the launches of several processes
@@ -200,6 +204,15 @@ class _Recorder:
                               sorted(large.items()), sorted((k, repr(v)) for k, v in constexprs.items()),
                               sorted((k, repr(v)) for k, v in options.items()), repr(chosen), repr(sorted(computed.items()))))
         return record
+
+    def ran_on(self, kernel):
+        """The backend and arch of the GPU this process launches on (`9.0`, `gfx942`, as xisa's targets match a
+        device), asked once; None where no kernel runs on a GPU or the device queries are answered as a target."""
+        if self.no_run or os.environ.get(ANSWER_AS_VARIABLE) or isinstance(kernel, interpreted_class()):
+            return None
+        if not hasattr(self, "_ran_on"):
+            self._ran_on = active_device()
+        return self._ran_on
 
     def wrapper_chain(self, kernel) -> list:
         """The wrapper runs under way in this thread that wrap `kernel`, innermost first."""

@@ -21,7 +21,7 @@ def capture(
     targets: Annotated[Optional[list[str]], typer.Option("--targets", help="Compile each new case once for these targets (globs, repeatable; default: all) and leave out of it those that refuse it.")] = None,
     no_check: Annotated[bool, typer.Option("--no-check", help="Do not compile the new cases: write them for every target.")] = False,
     no_run: Annotated[bool, typer.Option("--no-run", help="Record each launch and return without compiling or running it: the program runs whole with no GPU and no interpreter, but every kernel output is garbage (its own checks may fail).")] = False,
-    answer_as: Annotated[Optional[str], typer.Option("--as", help="Answer the program's device queries (torch.cuda, Triton's driver) as this target's GPU, from its target file; default under --no-run on a machine without a GPU: the one target --targets names, else sm_90 (an H200).")] = None,
+    answer_as: Annotated[Optional[list[str]], typer.Option("--as", help="Answer the program's device queries (torch.cuda, Triton's driver, torch.version) as this target's GPU, from its target file (a name or glob, repeatable: with --no-run the program runs once per target, and each case holds what each target's launch binds); default under --no-run on a machine without a GPU: the one target --targets names, else sm_90 (an H200).")] = None,
     config_policy: Annotated[Optional[str], typer.Option("--config-policy", help="How an autotuner with several configs picks one (the case's `config:`); default: bench where kernels run on a GPU, first under --no-run and TRITON_INTERPRET=1. " + "; ".join(f"{name}: {what}" for name, what in CONFIG_POLICIES.items()) + ".")] = None,
 ) -> None:
     """Run COMMAND and write every Triton kernel launch it makes as spec cases, one per specialization."""
@@ -53,10 +53,29 @@ def capture(
     if no_run:
         stderr().print("xisa: note: --no-run: no kernel ran, so what they should have written is garbage (a check of "
                        "the program's on them may have failed)", highlight=False, markup=False)
-    if outcome.answered_as:
-        stderr().print(f"xisa: note: the program's device queries were answered as {outcome.answered_as}'s GPU (--as "
-                       "TARGET for another)", highlight=False, markup=False)
+    _print_targets(outcome)
     raise typer.Exit(outcome.exit_code)
+
+
+def _print_targets(outcome) -> None:
+    """Which GPUs the launches are those of, and the targets whose own launches nobody observed."""
+    err, answered = stderr(), outcome.answered_as
+    if len(answered) == 1:
+        err.print(f"xisa: note: the program's device queries were answered as {answered[0]}'s GPU (--as "
+                  "TARGET for another)", highlight=False, markup=False)
+    elif answered:
+        exits = ", ".join(f"{target}: {code}" for target, code in outcome.exits.items())
+        err.print(f"xisa: note: the program ran once per target, its device queries answered as each of "
+                  f"{', '.join(answered)} (exit codes {exits}); each case holds what those targets' launches bind",
+                  highlight=False, markup=False)
+    if outcome.ran_on:
+        err.print(f"xisa: note: the launches ran on {', '.join(outcome.ran_on)}'s GPU: the cases hold what it bound",
+                  highlight=False, markup=False)
+    if outcome.unproven:
+        observed = ", ".join(outcome.ran_on or answered)
+        err.print(f"xisa: note: unproven on {', '.join(outcome.unproven)}: their cases compile what {observed} bound, "
+                  "and their own GPUs may bind other values (device-derived constexprs, launch options, configs); "
+                  "`xisa capture --no-run --as TARGET ...` records theirs", highlight=False, markup=False)
 
 
 def _print_trial(trial) -> None:

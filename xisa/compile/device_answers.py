@@ -345,10 +345,10 @@ def toolkit_versions() -> dict[str, str]:
     code is built with."""
     import os
     import re
+    from importlib.util import find_spec
 
-    import triton
-
-    backends = os.path.join(os.path.dirname(triton.__file__), "backends")
+    # found, not imported: torch's answers start as torch is imported, before the program imports Triton
+    backends = os.path.join(os.path.dirname(find_spec("triton").origin), "backends")
 
     def defines(path: str) -> dict[str, int]:
         with open(path, encoding="utf-8") as handle:

@@ -162,18 +162,23 @@ def answer_device_queries(target_name: str, target_dirs: list[Path] | None = Non
         raise unknown_target(target_name, targets)
     stand_in = LoadTargetDriver(targets[target_name])
 
-    def activate() -> None:
-        from triton.runtime.driver import driver
-
-        driver.set_active(stand_in)
+    def answer_torch() -> None:
         answering = torch_answers(stand_in.answers)
         answering.__enter__()    # for the process's lifetime: never exited (held, so it is not collected and undone)
         _PROCESS_ANSWERS.append(answering)
 
-    if "triton" in sys.modules and "torch" in sys.modules:
-        activate()
-    else:
-        sys.meta_path.insert(0, _AfterImport("triton.runtime.driver", activate))
+    def activate_driver() -> None:
+        from triton.runtime.driver import driver
+
+        driver.set_active(stand_in)
+
+    # each as soon as its module is imported: a program reads torch.version.hip before it imports Triton (vLLM's
+    # platform probe, SGLang's is_hip()), and would see this machine's build
+    for name, then in (("torch", answer_torch), ("triton.runtime.driver", activate_driver)):
+        if name in sys.modules:
+            then()
+        else:
+            sys.meta_path.insert(0, _AfterImport(name, then))
     return stand_in
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from xisa.names import KERNEL_NAME
+from xisa.spec.capture_targets import kernel_ident
 from xisa.spec.portable import portable_path, portable_text
 from xisa.spec.views import contiguous_strides, default_offset, offset_alignment, view_end
 
@@ -106,11 +107,8 @@ def group_launches(records: list[dict], *, names: dict[str, str] | None = None,
         if record["key"] in seen:
             continue
         seen.add(record["key"])
-        # one spec per object launched: the jit function and an autotuner wrapping it are two `function:`s;
-        # a generated module is known by its text (two `exec`s share the file name `<string>`)
         generated = record.get("generated")
-        where = f"generated:{generated['sha256']}" if generated and "sha256" in generated else record["file"]
-        ident = (where, record["qualname"], record["function"])
+        ident = kernel_ident(record)
         if ident not in kernels:
             kernels[ident] = CapturedKernel(function=record["function"], qualname=record["qualname"],
                                             module=record["module"], file=record["file"], wrapper=record.get("wrapper"),
@@ -275,6 +273,16 @@ def _header(kernel: CapturedKernel, *, root: Path, command: str, tried: tuple[st
     if answered:
         lines.append(f"# The program's device queries were answered as {', '.join(answered)} (`xisa capture --as`): "
                      "its configs are what it picks on that GPU.")
+    captured = sorted({target for launch in kernel.launches for target in launch.get("captured_as") or ()})
+    if captured:
+        lines += [f"# The program ran once per target, its device queries answered as {', '.join(captured)} in turn "
+                  "(`xisa capture --as`):",
+                  "# each case holds what their launches bind, a value that differs set per target in `overrides`; "
+                  "a target not captured compiles what they agree on."]
+    ran = sorted({launch["ran_on"] for launch in kernel.launches if launch.get("ran_on")})
+    if ran:
+        lines.append(f"# Recorded from launches on {', '.join(ran)}'s GPU: another target compiles what it bound, "
+                     "unproven (`xisa capture --no-run --as TARGET` records a target's own).")
     if kernel.through:
         said = [f"{kernel.function} is the {' over '.join(kernel.through)} the program launched"]
         if "Autotuner" in kernel.through:
@@ -319,7 +327,7 @@ def render_case(launch: dict, name: str, *, root: Path, dtype_names: set[str], o
         lines.append(f"    # first launched in {portable_text(launch['test'], root)}")
     if launch.get("warmup"):
         lines.append("    # a warm-up compile (kernel.warmup / warmup=True), not a launch")
-    lines += _trial_lines(trial, root)
+    lines += _targets_lines(launch, trial, root)
     if launch.get("heuristics"):   # computed again when the case compiles: another value is an error
         lines.append(f"    heuristics: {_flow(launch['heuristics'])}")
     args = launch.get("args") or {}
@@ -331,24 +339,67 @@ def render_case(launch: dict, name: str, *, root: Path, dtype_names: set[str], o
             lines.append(text + (f"   # {portable_text('; '.join(comments), root)}" if comments else ""))
     if launch.get("constexprs"):
         unsupported = [n for n, v in launch["constexprs"].items() if isinstance(v, dict) and "unsupported" in v]
-        constexprs = {n: ({"unsupported": v["unsupported"]} if n in unsupported else v)
-                      for n, v in launch["constexprs"].items()}
+        constexprs = _constexprs(launch["constexprs"])
         lines.append(f"    constexprs: {_flow(constexprs)}"
                      + (f"   # {', '.join(unsupported)}: no spec form yet, write by hand" if unsupported else ""))
+    per_target = launch.get("per_target") or {}
+    by_target = any("config" in values for values in per_target.values())
+    if (launch.get("autotune") or by_target) and launch.get("config_chosen_by") not in (None, "autotuner"):
+        # not benchmarked: xisa capture --config-policy
+        lines.append(f"    # config{' (per target)' if by_target else ''}: chosen by the capture's config policy "
+                     f"({launch['config_chosen_by']})")
     if launch.get("autotune"):
-        chosen = launch["autotune"]
-        if launch.get("config_chosen_by") not in (None, "autotuner"):   # not benchmarked: xisa capture --config-policy
-            lines.append(f"    # config: chosen by the capture's config policy ({launch['config_chosen_by']})")
-        lines.append(f"    config: {_flow({**chosen['kwargs'], **chosen['options']})}")
+        lines.append(f"    config: {_flow(_config(launch['autotune']))}")
     common, per_backend = _options_by_backend(launch.get("options") or {}, option_backends)
     if common:
         lines.append(f"    options: {_flow(common)}")
-    if per_backend:
+    if per_backend or per_target:
         lines.append("    overrides:")
         for backend, options in sorted(per_backend.items()):
             pattern = BACKEND_TARGETS.get(backend, f"{backend}*")
             lines.append(f"      {_flow(pattern)}: {{options: {_flow(options)}}}")
+        for target in sorted(per_target):   # after the backends' globs: a target's own value wins
+            lines.append(f"      {_flow(target)}: {_flow(_override(per_target[target], dtype_names))}")
     return lines
+
+
+def _config(chosen: dict) -> dict:
+    return {**chosen["kwargs"], **chosen["options"]}
+
+
+def _constexprs(values: dict) -> dict:
+    return {n: ({"unsupported": v["unsupported"]} if isinstance(v, dict) and "unsupported" in v else v)
+            for n, v in values.items()}
+
+
+def _override(values: dict, dtype_names: set[str]) -> dict:
+    """One target's values where the targets captured differ (`xisa.spec.capture_targets`), as an override layer."""
+    layer: dict[str, Any] = {}
+    if values.get("args"):
+        layer["args"] = {name: (_tensor(arg, dtype_names) if "tensor" in arg else _value(arg))[0]
+                         for name, arg in values["args"].items()}
+    if values.get("constexprs"):
+        layer["constexprs"] = _constexprs(values["constexprs"])
+    for section in ("options", "heuristics"):
+        if values.get(section):
+            layer[section] = values[section]
+    if values.get("config") is not None:
+        layer["config"] = _config(values["config"])
+    return layer
+
+
+def _targets_lines(launch: dict, trial: Trial | None, root: Path) -> list[str]:
+    """The case's `targets:`: those a per-target capture saw make it (`launched_on`), less those capture's compile
+    found refusing it, with comments saying why."""
+    lines = _trial_lines(trial, root)
+    made = launch.get("launched_on")
+    if not made:
+        return lines
+    captured = launch.get("captured_as") or made
+    why = (f"launched only as {', '.join(made)} (captured as {', '.join(captured)})" if made != captured else
+           "its values differ per target (overrides): for the targets captured only")
+    narrowed = trial is not None and trial.refused and trial.targets is not None
+    return [f"    # {why}"] + (lines if narrowed else lines + [f"    targets: {_flow(made)}"])
 
 
 def _trial_lines(trial: Trial | None, root: Path) -> list[str]:
