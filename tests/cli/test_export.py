@@ -1,0 +1,230 @@
+"""`xisa export` and `xisa export --verify`: the bundle is Triton's own cache entries under the keys a launch
+computes, proven by Triton's launch path run in a process of its own (tests/launch_probe.py: no xisa in it) with
+TRITON_CACHE_DIR at the bundle, for AMD (gfx942, gfx1100) and NVIDIA (sm_90) targets."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from support import copy_tinyproj, write_files, xisa_process
+
+PROBE = Path(__file__).resolve().parent.parent / "launch_probe.py"
+ARGS = {"x_ptr": {"tensor": "fp32", "shape": [4096]}, "y_ptr": {"tensor": "fp32", "shape": [4096]}, "n": 4096,
+        "factor": 2.0}
+CONSTEXPRS = {"BLOCK": 256, "GFX11_PATH": False}
+SPEC = """name: launched
+source: scale.py
+function: scale_kernel
+targets: [gfx942, gfx1100, sm_90]
+cases:
+  - name: c
+    args: {x_ptr: {tensor: fp32, shape: [4096]}, y_ptr: {tensor: fp32, shape: [4096]}, n: 4096, factor: 2.0}
+    constexprs: {BLOCK: 256, GFX11_PATH: false}
+    options: {num_warps: 4}
+"""
+GPU_TARGETS = {"gfx942": ["hip", "gfx942", 64], "gfx1100": ["hip", "gfx1100", 32], "sm_90": ["cuda", 90, 32]}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, shared_cache):
+    """One export of the three cells of `launched`: (project, bundle folder, the command's outcome)."""
+    root = tmp_path_factory.mktemp("export")
+    project = copy_tinyproj(root / "proj")
+    write_files(project, {"kernels/launched.yaml": SPEC})
+    bundle = root / "bundle"
+    outcome = xisa_process("export", "--kernel", "launched", "-j", "1", "-o", str(bundle), cwd=project,
+                           cache=shared_cache)
+    return project, bundle, outcome
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(folder.rglob("*"))}
+
+
+def _launch(project: Path, target: str, cache: Path) -> dict:
+    """Triton's launch path for the case on `target` with TRITON_CACHE_DIR=`cache`, in a process of its own."""
+    request = {"file": str(project / "kernels" / "scale.py"), "function": "scale_kernel",
+               "gpu_target": GPU_TARGETS[target], "args": ARGS, "constexprs": CONSTEXPRS,
+               "options": {"num_warps": 4}}
+    from xisa.compile.launch_cache import default_launch_environ
+
+    env = {**default_launch_environ(dict(os.environ)), "TRITON_CACHE_DIR": str(cache)}
+    proc = subprocess.run([sys.executable, str(PROBE), json.dumps(request)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _cells(bundle: Path) -> dict[str, dict]:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    return {cell["target"]: cell for cell in manifest["cells"]}
+
+
+def test_the_bundle_is_tritons_entries_and_a_manifest(exported):
+    project, bundle, outcome = exported
+    assert outcome.code == 1, outcome.err        # written, but the check is not green: no goldens for these cells
+    assert "check is not green: new: 3" in outcome.err
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["deploy_dir"] == str(bundle)
+    toolchain = manifest["toolchain"]
+    assert toolchain["triton_key"].startswith(toolchain["triton"])
+    assert toolchain["python"]["ext_suffix"] and toolchain["ptxas"] and toolchain["cache_invalidating_env"] == {}
+    assert manifest["check"]["status"] == "not green"
+    cells = _cells(bundle)
+    assert sorted(cells) == ["gfx1100", "gfx942", "sm_90"]
+    names = {p.name for p in bundle.iterdir()}
+    assert names == {"manifest.json"} | {cell["folder"] for cell in cells.values()}
+    for cell in cells.values():
+        assert cell["golden"] == "new" and cell["checked_code"] is True and cell["env"] == {}
+        entry = bundle / cell["folder"]
+        group = json.loads((entry / cell["group_file"]).read_text())["child_paths"]
+        assert {p.name for p in entry.iterdir()} == {*group, cell["group_file"]}   # nothing of xisa's
+        assert all(path == str(entry / name) for name, path in group.items())
+        assert hashlib.sha256((entry / cell["code_object"]).read_bytes()).hexdigest() == cell["code_sha256"]
+    assert cells["sm_90"]["code_object"].endswith(".cubin") and cells["gfx942"]["code_object"].endswith(".hsaco")
+
+
+@pytest.mark.parametrize("target", sorted(GPU_TARGETS))
+def test_a_launch_on_the_target_finds_its_entry_and_compiles_nothing(exported, target):
+    project, bundle, _ = exported
+    before = _snapshot(bundle)
+    seen = _launch(project, target, bundle)
+    assert seen == {"cache_hit": True, "key": _cells(bundle)[target]["key"]}
+    assert _snapshot(bundle) == before     # Triton wrote nothing: it found the entry whole
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_an_entry_is_byte_for_byte_what_a_cold_launch_writes(exported, tmp_path, target):
+    from xisa.compile.launch_cache import relocate_group
+
+    project, bundle, _ = exported
+    cold = tmp_path / "cold"
+    seen = _launch(project, target, cold)
+    cell = _cells(bundle)[target]
+    assert seen == {"cache_hit": False, "key": cell["key"]}
+    ours, theirs = bundle / cell["folder"], cold / cell["folder"]
+    assert sorted(p.name for p in theirs.iterdir()) == sorted(p.name for p in ours.iterdir())
+    for name in cell["files"]:
+        assert (theirs / name).read_bytes() == (ours / name).read_bytes(), name
+    group = (ours / cell["group_file"]).read_text()
+    assert relocate_group(group, bundle, cold) == (theirs / cell["group_file"]).read_text()
+
+
+def test_verify_finds_every_cell_here(exported, shared_cache):
+    project, bundle, _ = exported
+    out = xisa_process("export", "--verify", str(bundle), "--json", cwd=project, cache=shared_cache)
+    assert out.code == 0, out.err
+    report = json.loads(out.out)
+    assert report["found"] == 3 and all(cell["found"] and cell["key_here"] == cell["key"] for cell in report["cells"])
+
+
+def test_verify_names_a_knob_that_changes_the_key(exported, shared_cache):
+    project, bundle, _ = exported
+    out = xisa_process("export", "--verify", str(bundle), cwd=project, cache=shared_cache,
+                       env={"TRITON_DEFAULT_FP_FUSION": "1"})
+    assert out.code == 1, out.out + out.err
+    assert out.out.count("missed: the cache-invalidating variables set here are {'TRITON_DEFAULT_FP_FUSION'") == 3
+    assert "0 of 3 cells would be found" in out.out
+
+
+def test_verify_of_a_moved_bundle_says_where_its_groups_point(exported, tmp_path, shared_cache):
+    project, bundle, _ = exported
+    moved = shutil.copytree(bundle, tmp_path / "moved")
+    out = xisa_process("export", "--verify", str(moved), cwd=project, cache=shared_cache)
+    assert out.code == 1
+    assert out.out.count(f"the key holds, but its group names files under {bundle}") == 3
+
+
+def _other_triton_python() -> str | None:
+    named = os.environ.get("XISA_OTHER_TRITON_PYTHON")
+    for candidate in ([named] if named else ["/work/venv-t39/bin/python", "/tmp/venv-t36/bin/python"]):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(_other_triton_python() is None, reason="no Python with another Triton build and xisa "
+                    "(XISA_OTHER_TRITON_PYTHON, /work/venv-t39, /tmp/venv-t36) on this machine")
+def test_a_bundle_taken_to_another_triton_misses_every_cell(exported):
+    project, bundle, _ = exported
+    env = {k: v for k, v in os.environ.items() if k != "XISA_CACHE_DIR"}
+    proc = subprocess.run([_other_triton_python(), "-m", "xisa", "export", "--verify", str(bundle)], cwd=project,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.count("missed: another Triton build or Python") == 3
+
+
+def test_verify_refuses_a_bundle_that_is_not_whole(exported, tmp_path, shared_cache):
+    project, bundle, _ = exported
+    broken = shutil.copytree(bundle, tmp_path / "broken")
+    cell = _cells(broken)["gfx942"]
+    (broken / cell["folder"] / cell["code_object"]).write_bytes(b"\0")
+    out = xisa_process("export", "--verify", str(broken), cwd=project, cache=shared_cache)
+    assert out.code == 2 and "has sha256" in out.err and out.err.count("\n") == 1
+    (broken / "manifest.json").write_text("{")
+    assert xisa_process("export", "--verify", str(broken), cwd=project, cache=shared_cache).code == 2
+    (broken / "manifest.json").unlink()
+    (broken / ".xisa-export-partial-1").mkdir()
+    out = xisa_process("export", "--verify", str(broken), cwd=project, cache=shared_cache)
+    assert out.code == 2 and "has no manifest.json: its export was interrupted" in out.err
+
+
+def test_an_archive_unpacked_where_it_says_is_found(exported, tmp_path, shared_cache):
+    project, _, _ = exported
+    archive, deploy = tmp_path / "b.tar.gz", tmp_path / "deploy"
+    out = xisa_process("export", "--kernel", "launched:c", "--arch", "gfx942", "-j", "1", "-o", str(archive),
+                       "--tar", "--deploy-dir", str(deploy), cwd=project, cache=shared_cache)
+    assert out.code == 1, out.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.tar.gz"]    # nothing left beside it
+    with tarfile.open(archive) as opened:
+        names = opened.getnames()
+        assert names[-1] == "manifest.json"                             # last: a cut archive has none
+        opened.extractall(deploy)
+    assert xisa_process("export", "--verify", str(deploy), cwd=project, cache=shared_cache).code == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-o", "{nonempty}"], "is not an empty folder"),
+    (["-o", "{tmp}/b.tar", "--tar"], "--deploy-dir: an archive is unpacked elsewhere"),
+    (["-o", "{tmp}/b.zip", "--tar", "--deploy-dir", "/x"], "an archive's name ends in .tar"),
+    (["--verify", "{tmp}", "-o", "{tmp}/x"], "--verify reads a bundle"),
+    ([], "names no bundle to write"),
+])
+def test_refusals_are_one_line_exit_2(tmp_path, tinyproj, shared_cache, args, message):
+    (tmp_path / "nonempty").mkdir()
+    (tmp_path / "nonempty" / "f").write_text("")
+    args = [a.format(tmp=tmp_path, nonempty=tmp_path / "nonempty") for a in args]
+    out = xisa_process("export", "--kernel", "scale:small", *args, cwd=tinyproj, cache=shared_cache)
+    assert out.code == 2 and message in out.err and out.err.count("\n") == 1, out.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nonempty", "tinyproj"]
+
+
+def test_an_interrupted_export_leaves_no_manifest(tinyproj, tmp_path, monkeypatch, shared_cache):
+    from xisa.api import export as export_module
+    from xisa.api.selection import Selection
+
+    def interrupted(folder, manifest):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_module, "write_manifest", interrupted)
+    monkeypatch.setenv("XISA_CACHE_DIR", str(shared_cache))
+    monkeypatch.chdir(tinyproj)
+    saved = dict(os.environ)
+    with pytest.raises(KeyboardInterrupt):
+        export_module.export(Selection(kernel=["scale:small"], arch=["gfx942"]), output=tmp_path / "b",
+                             options=export_module.RunOptions(jobs=1))
+    assert os.environ == saved
+    left = sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert "manifest.json" not in left and not any(name.startswith(".xisa-export-partial") for name in left)
+    out = xisa_process("export", "--verify", str(tmp_path / "b"), cwd=tinyproj, cache=shared_cache)
+    assert out.code == 2 and "has no manifest.json" in out.err
