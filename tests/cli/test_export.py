@@ -1,10 +1,14 @@
 """`xisa export` and `xisa export --verify`: the bundle is Triton's own cache entries under the keys a launch
 computes, proven by Triton's launch path run in a process of its own (tests/launch_probe.py: no xisa in it) with
-TRITON_CACHE_DIR at the bundle, for AMD (gfx942, gfx1100) and NVIDIA (sm_90) targets."""
+TRITON_CACHE_DIR at the bundle, for AMD (gfx942, gfx1100) and NVIDIA (sm_90) targets. And bench/export_gpu_proof.py,
+the parts that need no GPU: the copy its launches use is found where it lies (not through the original's files), its
+verdict fails on a compile, a key outside the bundle, a changed cache, unequal outputs or a JIT run that compiled
+nothing, and without a GPU it says so in its one JSON line (exit 2)."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -14,8 +18,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import torch
 
-from support import copy_tinyproj, write_files, xisa_process
+from support import REPO, copy_tinyproj, write_files, xisa_process
 
 PROBE = Path(__file__).resolve().parent.parent / "launch_probe.py"
 ARGS = {"x_ptr": {"tensor": "fp32", "shape": [4096]}, "y_ptr": {"tensor": "fp32", "shape": [4096]}, "n": 4096,
@@ -228,3 +233,68 @@ def test_an_interrupted_export_leaves_no_manifest(tinyproj, tmp_path, monkeypatc
     assert "manifest.json" not in left and not any(name.startswith(".xisa-export-partial") for name in left)
     out = xisa_process("export", "--verify", str(tmp_path / "b"), cwd=tinyproj, cache=shared_cache)
     assert out.code == 2 and "has no manifest.json" in out.err
+
+
+# --- bench/export_gpu_proof.py ---------------------------------------------------------------------------
+
+SCRIPT = REPO / "bench" / "export_gpu_proof.py"
+
+
+@pytest.fixture(scope="module")
+def proof():
+    spec = importlib.util.spec_from_file_location("export_gpu_proof", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_launches_copy_is_found_in_its_own_folder(exported, tmp_path, proof):
+    from xisa.api.export import verify
+
+    _, bundle, _ = exported
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    plain = tmp_path / "plain"
+    shutil.copytree(bundle, plain)
+    assert verify(plain).found == 0          # its groups name the original's files
+    proof._copy_for_launches(bundle, manifest, tmp_path / "copy")
+    assert verify(tmp_path / "copy").found == 3
+
+
+def _run(events, tensors=(torch.ones(3),), status="pass"):
+    return {"status": status, "message": "", "events": events, "tensors": list(tensors)}
+
+
+HIT, MISS = {"key": "k1", "cache_hit": True}, {"key": "k1", "cache_hit": False}
+
+
+@pytest.mark.parametrize("bundled, jit, unchanged, keys, ok", [
+    (_run([HIT]), _run([MISS]), True, {"k1"}, True),
+    (_run([MISS]), _run([MISS]), True, {"k1"}, False),                 # the bundle run compiled
+    (_run([HIT]), _run([MISS]), True, {"k2"}, False),                  # a key the bundle does not hold
+    (_run([HIT]), _run([MISS]), False, {"k1"}, False),                 # the cache folder changed
+    (_run([HIT]), _run([HIT]), True, {"k1"}, False),                   # the JIT run compiled nothing
+    (_run([HIT]), _run([MISS], [torch.zeros(3)]), True, {"k1"}, False),   # other outputs
+    (_run([HIT], status="fail"), _run([MISS]), True, {"k1"}, False),   # the check failed
+    (_run([]), _run([MISS]), True, {"k1"}, False),                     # no launch seen
+])
+def test_the_verdict(proof, bundled, jit, unchanged, keys, ok):
+    summary = proof._judge({"cache_unchanged": unchanged, "verify_found": 1}, ["a:b:sm_90"],
+                           {"a:b:sm_90": bundled}, {"a:b:sm_90": jit}, keys)
+    assert summary["ok"] is ok, summary
+
+
+def test_outputs_compare_as_bytes(proof):
+    nan = torch.tensor([float("nan"), 1.0])
+    assert proof._same_bytes(nan, nan.clone())
+    assert not proof._same_bytes(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not proof._same_bytes(torch.ones(2), torch.ones(2, dtype=torch.float16))
+
+
+def test_without_a_gpu_it_says_so_in_one_json_line(exported):
+    project, bundle, _ = exported
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(bundle)], cwd=project, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2
+    line, = proc.stdout.strip().splitlines()
+    assert json.loads(line) == {"kind": "export-gpu-proof", "ok": False,
+                                "error": "LookupError: no GPU with index 0 is visible"}
