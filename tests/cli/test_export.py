@@ -78,7 +78,7 @@ def _cells(bundle: Path) -> dict[str, dict]:
 def test_the_bundle_is_tritons_entries_and_a_manifest(exported):
     project, bundle, outcome = exported
     assert outcome.code == 1, outcome.err        # written, but the check is not green: no goldens for these cells
-    assert "check is not green: new: 3" in outcome.err
+    assert "the selection's check: not green (new: 3)" in outcome.err
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["deploy_dir"] == str(bundle)
     toolchain = manifest["toolchain"]

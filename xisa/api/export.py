@@ -78,7 +78,7 @@ def export(selection: Selection, *, output: Path, deploy_dir: Path | None = None
             write_manifest(final_dir, manifest)   # last: a bundle without it is no bundle
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    notes = [] if check["status"] == "green" else [f"the selection's check is {check['status']}: {check['reason']}"]
+    notes = [] if check["status"] == "green" else [f"the selection's check: {check['status']} ({check['reason']})"]
     return ExportOutcome(output=output, manifest=manifest, errors=errors, notes=notes)
 
 
