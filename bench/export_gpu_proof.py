@@ -76,7 +76,8 @@ def _phase(args) -> int:
     for cell in cells:
         first = len(events)
         result, launch = run_check(cell, torch.device("cuda", args.device), roots=roots)
-        torch.cuda.synchronize()
+        if torch.cuda.is_available():   # else (a machine without one) the check's result says why it did not run
+            torch.cuda.synchronize()
         tensors = [] if launch is None else [v.detach().cpu().clone() for v in (*launch.args, *launch.kwargs.values())
                                              if isinstance(v, torch.Tensor)]
         results[cell.id] = {"status": result.status, "message": result.message, "events": events[first:],
@@ -124,7 +125,13 @@ def _chosen_cells(manifest: dict, args) -> tuple[list[str], dict]:
     same_arch = [c for c in manifest["cells"] if c["gpu_target"][1] == arch]
     mine = [c for c in same_arch if c["target"] == device.target] or same_arch
     gpu = {"name": device.name, "arch": device.arch, "target": device.target}
-    return [f"{c['kernel']}:{c['case']}:{c['target']}" for c in mine], gpu
+    return [_cell_id(c) for c in mine], gpu
+
+
+def _cell_id(cell: dict) -> str:
+    from xisa.names import CellKey
+
+    return str(CellKey(cell["kernel"], cell["case"], cell["target"]))
 
 
 def prove(args) -> dict:
@@ -144,7 +151,7 @@ def prove(args) -> dict:
     try:
         copy = work / "bundle"
         _copy_for_launches(args.bundle, manifest, copy)
-        found = {f"{c['kernel']}:{c['case']}:{c['target']}": c["found"] for c in verify(copy).cells}
+        found = {_cell_id(c): c["found"] for c in verify(copy).cells}
         summary["verify_found"] = sum(1 for i in ids if found.get(i))
         keys = {c["key"] for c in manifest["cells"]}
         before = _snapshot(copy)

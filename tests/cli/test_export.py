@@ -97,6 +97,10 @@ def test_the_bundle_is_tritons_entries_and_a_manifest(exported):
         assert all(path == str(entry / name) for name, path in group.items())
         assert hashlib.sha256((entry / cell["code_object"]).read_bytes()).hexdigest() == cell["code_sha256"]
     assert cells["sm_90"]["code_object"].endswith(".cubin") and cells["gfx942"]["code_object"].endswith(".hsaco")
+    # The key holds no path, but the line information names the file the export compiled (docs/export.md)
+    for target, stage in (("sm_90", "ptx"), ("gfx942", "amdgcn")):
+        text = (bundle / cells[target]["folder"] / f"scale_kernel.{stage}").read_text()
+        assert str(project.resolve() / "kernels") in text
 
 
 @pytest.mark.parametrize("target", sorted(GPU_TARGETS))
@@ -278,8 +282,8 @@ HIT, MISS = {"key": "k1", "cache_hit": True}, {"key": "k1", "cache_hit": False}
     (_run([]), _run([MISS]), True, {"k1"}, False),                     # no launch seen
 ])
 def test_the_verdict(proof, bundled, jit, unchanged, keys, ok):
-    summary = proof._judge({"cache_unchanged": unchanged, "verify_found": 1}, ["a:b:sm_90"],
-                           {"a:b:sm_90": bundled}, {"a:b:sm_90": jit}, keys)
+    summary = proof._judge({"cache_unchanged": unchanged, "verify_found": 1}, ["a:b@sm_90"],
+                           {"a:b@sm_90": bundled}, {"a:b@sm_90": jit}, keys)
     assert summary["ok"] is ok, summary
 
 
@@ -298,3 +302,38 @@ def test_without_a_gpu_it_says_so_in_one_json_line(exported):
     line, = proc.stdout.strip().splitlines()
     assert json.loads(line) == {"kind": "export-gpu-proof", "ok": False,
                                 "error": "LookupError: no GPU with index 0 is visible"}
+
+
+BAD_KERNEL = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def kern(x_ptr, FAIL: tl.constexpr):
+    tl.static_assert(not FAIL)
+    tl.store(x_ptr, 1.0)
+"""
+BAD_SPEC = """name: bad
+source: bad.py
+function: kern
+targets: [gfx942, gfx1100]
+cases:
+  - name: c
+    args: {x_ptr: '*fp32'}
+    constexprs: {FAIL: false}
+    overrides:
+      gfx1100: {constexprs: {FAIL: true}}
+"""
+
+
+def test_a_cell_that_does_not_compile_is_named_and_the_others_are_exported(tinyproj, tmp_path, shared_cache):
+    write_files(tinyproj, {"kernels/bad.py": BAD_KERNEL, "kernels/bad.yaml": BAD_SPEC})
+    out = xisa_process("export", "--kernel", "bad", "-j", "1", "-o", str(tmp_path / "b"), cwd=tinyproj,
+                       cache=shared_cache)
+    assert out.code == 2 and "error bad:c@gfx1100: CompileTimeAssertionFailure" in out.err, out.err
+    assert "tl.static_assert(not FAIL)" in out.err
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert [cell["target"] for cell in manifest["cells"]] == ["gfx942"]
+    assert manifest["check"]["status"] == "untrusted"
+    (error,) = manifest["errors"]
+    assert error.startswith("bad:c@gfx1100: CompileTimeAssertionFailure")

@@ -15,6 +15,7 @@ import os
 import shutil
 import tarfile
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ def export(selection: Selection, *, output: Path, deploy_dir: Path | None = None
             group.write_text(relocate_group(group.read_text(encoding="utf-8"), stage / "triton", deploy),
                              encoding="utf-8")
         manifest = _manifest(entries, verdicts, check, facts, deploy, {t.backend for t in chosen})
+        manifest["errors"] = errors   # the selected cells that are not in the bundle, and why
         if tar:
             _write_archive(output, stage / "triton", manifest)
         else:
@@ -93,13 +95,11 @@ def _destinations(output: Path, deploy_dir: Path | None, tar: bool) -> tuple[Pat
                              field="--deploy-dir", fix="add --deploy-dir /the/TRITON_CACHE_DIR/of/the/deploying/machine")
         if output.exists() or output.is_symlink():
             raise UsageError("exists already", path=str(output), field="-o", fix="remove it or name another archive")
-        output.parent.mkdir(parents=True, exist_ok=True)
         final = output.parent
     else:
         if output.is_symlink() or (output.exists() and (not output.is_dir() or any(output.iterdir()))):
             raise UsageError("is not an empty folder: a bundle is written into a folder of its own", path=str(output),
                              field="-o", fix="remove it or name a new folder")
-        output.mkdir(parents=True, exist_ok=True)
         final = output
     deploy = Path(os.path.abspath(deploy_dir if deploy_dir is not None else output))
     return final, deploy
@@ -107,6 +107,7 @@ def _destinations(output: Path, deploy_dir: Path | None, tar: bool) -> tuple[Pat
 
 def _make_stage(output: Path, tar: bool) -> Path:
     parent = output.parent if tar else output
+    parent.mkdir(parents=True, exist_ok=True)
     stage = parent / f"{PARTIAL_PREFIX}{output.name if tar else ''}{os.getpid()}"
     (stage / "triton").mkdir(parents=True)
     return stage
@@ -153,8 +154,8 @@ def _worker_cell(index: int, triton_cache: str) -> dict[str, Any] | str:
         return export_cell(_CELLS[index], roots=_ROOTS, triton_cache=Path(triton_cache))
     except XisaError as exc:
         return str(exc)
-    except Exception as exc:   # Triton's own failure: the cell's error, the others go on
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    except Exception as exc:   # Triton's own failure, whole (a CompilationError points at its source line)
+        return "\n".join(line.rstrip() for line in f"{type(exc).__name__}: {exc}".strip().splitlines())
 
 
 def _compile_entries(cells, *, roots: list[Path], triton_cache: Path, jobs: int):
@@ -171,13 +172,20 @@ def _compile_entries(cells, *, roots: list[Path], triton_cache: Path, jobs: int)
         futures = [pool.submit(_worker_cell, index, str(triton_cache)) for index in range(len(cells))]
         entries, errors = [], []
         for cell, future in zip(cells, futures):
-            answer = future.result()
+            try:
+                answer = future.result()
+            except BrokenProcessPool:   # a compile killed its worker (and the pool): the cells left are errors
+                answer = "the compiler process died compiling this cell or one beside it"
             if isinstance(answer, str):
                 errors.append(f"{cell.id}: {answer}")
             else:
                 entries.append({"id": cell.id, "kernel": cell.kernel.name, "case": cell.case,
                                 "target": cell.target.name, **answer})
-        return facts.result(), entries, errors
+        try:
+            return facts.result(), entries, errors
+        except BrokenProcessPool:
+            raise XisaError("the export's compiler processes died before they could say which Triton they ran",
+                            fix="run it again with -j 1 to see the cell") from None
 
 
 def _manifest(entries, verdicts, check, facts, deploy: Path, backends: set[str]) -> dict[str, Any]:
@@ -248,7 +256,13 @@ def verify(folder: Path) -> VerifyOutcome:
     theirs = manifest["toolchain"]
     results = []
     for cell in manifest["cells"]:
-        here = launch_key(cell)
+        try:
+            here = launch_key(cell)
+        except Exception as exc:   # a target this Triton has no backend or options for
+            results.append({"kernel": cell["kernel"], "case": cell["case"], "target": cell["target"], "found": False,
+                            "key": cell["key"], "key_here": None,
+                            "reason": f"this Triton makes no key for it: {type(exc).__name__}: {exc}".splitlines()[0]})
+            continue
         found = here["key"] == cell["key"] and finds_group(folder, cell["folder"], cell["group_file"])
         results.append({"kernel": cell["kernel"], "case": cell["case"], "target": cell["target"], "found": found,
                         "key": cell["key"], "key_here": here["key"],

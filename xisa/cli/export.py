@@ -14,6 +14,7 @@ from xisa.api.export import export, verify
 from xisa.api.selection import Selection
 from xisa.cli.options import ArchOption, JobsOption, KernelOption, SpecOption, run_options, stderr, stdout
 from xisa.errors import UsageError
+from xisa.names import CellKey
 
 
 def export_command(
@@ -67,7 +68,7 @@ def _verify(folder: Path, as_json: bool) -> None:
         raise typer.Exit(outcome.exit_code)
     out = stdout()
     for cell in outcome.cells:
-        name = f"{cell['kernel']}:{cell['case']}:{cell['target']}"
+        name = str(CellKey(cell["kernel"], cell["case"], cell["target"]))
         if cell["found"]:
             out.print(Text.assemble((name, ""), (" found", "green"), f" under {cell['key'][:16]}..."))
         else:
