@@ -166,8 +166,8 @@ def _compile_entries(cells, *, roots: list[Path], triton_cache: Path, jobs: int)
     _CELLS, _ROOTS = cells, roots
     workers = max(1, min(jobs or available_cores(), len(cells)))
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_start,
-                             initargs=(str(triton_cache),)) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_start, initargs=(str(triton_cache),))
+    try:
         facts = pool.submit(_worker_facts)
         futures = [pool.submit(_worker_cell, index, str(triton_cache)) for index in range(len(cells))]
         entries, errors = [], []
@@ -186,6 +186,13 @@ def _compile_entries(cells, *, roots: list[Path], triton_cache: Path, jobs: int)
         except BrokenProcessPool:
             raise XisaError("the export's compiler processes died before they could say which Triton they ran",
                             fix="run it again with -j 1 to see the cell") from None
+    except BaseException:   # interrupted (Ctrl-C, SIGTERM): no compile left is worth waiting for
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _manifest(entries, verdicts, check, facts, deploy: Path, backends: set[str]) -> dict[str, Any]:
