@@ -337,3 +337,8 @@ def test_a_cell_that_does_not_compile_is_named_and_the_others_are_exported(tinyp
     assert manifest["check"]["status"] == "untrusted"
     (error,) = manifest["errors"]
     assert error.startswith("bad:c@gfx1100: CompileTimeAssertionFailure")
+
+
+def test_a_manifest_cell_the_project_does_not_have_fails_the_proof(proof):
+    summary = proof._judge({"cache_unchanged": True, "verify_found": 1}, ["gone:c@sm_90"], {}, {}, set())
+    assert summary["ok"] is False and "not a cell of the project's specs" in summary["failures"][0]
