@@ -51,11 +51,13 @@ class TargetDriver:
 
 
 def main(request: dict) -> dict:
-    path = Path(request["file"])
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
+    path = Path(request["file"]).resolve()
+    parts, folder = [path.stem], path.parent
+    while (folder / "__init__.py").exists():   # a module of a package is imported as the package's
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    sys.path.insert(0, str(folder))
+    module = importlib.import_module(".".join(parts))
     kernel = getattr(module, request["function"])
     driver.set_active(TargetDriver(GPUTarget(*request["gpu_target"])))
     seen: dict = {}

@@ -61,6 +61,10 @@ def _launch(project: Path, target: str, cache: Path) -> dict:
     request = {"file": str(project / "kernels" / "scale.py"), "function": "scale_kernel",
                "gpu_target": GPU_TARGETS[target], "args": ARGS, "constexprs": CONSTEXPRS,
                "options": {"num_warps": 4}}
+    return _probe(request, cache)
+
+
+def _probe(request: dict, cache: Path) -> dict:
     from xisa.compile.launch_cache import default_launch_environ
 
     env = {**default_launch_environ(dict(os.environ)), "TRITON_CACHE_DIR": str(cache)}
@@ -237,6 +241,31 @@ def test_an_interrupted_export_leaves_no_manifest(tinyproj, tmp_path, monkeypatc
     assert "manifest.json" not in left and not any(name.startswith(".xisa-export-partial") for name in left)
     out = xisa_process("export", "--verify", str(tmp_path / "b"), cwd=tinyproj, cache=shared_cache)
     assert out.code == 2 and "has no manifest.json" in out.err
+
+
+GEMM_ARGS = {"a_ptr": {"tensor": "bf16", "shape": [4096, 4096]}, "b_ptr": {"tensor": "bf16", "shape": [4096, 4096]},
+             "c_ptr": {"tensor": "bf16", "shape": [4096, 4096]}, "scale_ptr": {"tensor": "fp32", "shape": [2]},
+             "M": 4096, "N": 4096, "K": 4096, "stride_am": 4096, "stride_ak": 1, "stride_bk": 4096, "stride_bn": 1,
+             "stride_cm": 4096, "stride_cn": 1}
+GEMM_CONSTEXPRS = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "UPCAST_F16": False, "EVEN_K": True,
+                   "FP8_IN": False}
+
+
+@pytest.mark.parametrize("target, options", [("gfx942", {"num_warps": 8, "num_stages": 2}),
+                                             ("sm_90", {"num_warps": 8, "num_stages": 3})])
+def test_a_launch_of_the_bundled_corpus_gemm_finds_its_entry(tmp_path, shared_cache, target, options):
+    """The corpus's gemm (a kernel of a package, its launch options per target) exported from this repository."""
+    repo = REPO
+    bundle = tmp_path / "bundle"
+    out = xisa_process("export", "--kernel", "gemm:bf16_4k", "--arch", target, "-j", "1", "-o", str(bundle), cwd=repo,
+                       cache=shared_cache)
+    assert out.code in (0, 1), out.err      # 1: the tree's check of the cell is not green (said, not refused)
+    (cell,) = json.loads((bundle / "manifest.json").read_text())["cells"]
+    request = {"file": str(repo / "kernels" / "gemm.py"), "function": "gemm_kernel", "args": GEMM_ARGS,
+               "gpu_target": GPU_TARGETS[target], "constexprs": GEMM_CONSTEXPRS, "options": options}
+    before = _snapshot(bundle)
+    assert _probe(request, bundle) == {"cache_hit": True, "key": cell["key"]}
+    assert _snapshot(bundle) == before
 
 
 # --- bench/export_gpu_proof.py ---------------------------------------------------------------------------
