@@ -211,6 +211,7 @@ def test_an_archive_unpacked_where_it_says_is_found(exported, tmp_path, shared_c
     (["-o", "{tmp}/b.tar", "--tar"], "--deploy-dir: an archive is unpacked elsewhere"),
     (["-o", "{tmp}/b.zip", "--tar", "--deploy-dir", "/x"], "an archive's name ends in .tar"),
     (["--verify", "{tmp}", "-o", "{tmp}/x"], "--verify reads a bundle"),
+    (["-o", "{tmp}/b", "--deploy-dir", "cache"], "--deploy-dir: cache is relative"),
     ([], "names no bundle to write"),
 ])
 def test_refusals_are_one_line_exit_2(tmp_path, tinyproj, shared_cache, args, message):

@@ -86,6 +86,9 @@ def export(selection: Selection, *, output: Path, deploy_dir: Path | None = None
 
 def _destinations(output: Path, deploy_dir: Path | None, tar: bool) -> tuple[Path, Path]:
     """Where the bundle goes and which TRITON_CACHE_DIR its groups name; refuses a place that holds anything."""
+    if deploy_dir is not None and not deploy_dir.is_absolute():
+        raise UsageError(f"{deploy_dir} is relative: Triton's group files name their files by absolute path",
+                         field="--deploy-dir", fix="give the deploying machine's TRITON_CACHE_DIR as an absolute path")
     if tar:
         if not output.name.endswith((".tar", ".tar.gz", ".tgz")):
             raise UsageError("an archive's name ends in .tar, .tar.gz or .tgz", path=str(output), field="-o",
