@@ -160,11 +160,22 @@ def prove(args) -> dict:
         keys = {c["key"] for c in manifest["cells"]}
         before = _snapshot(copy)
         bundled = _run_phase("bundle", copy, work, ids, args)
-        summary["cache_unchanged"] = _snapshot(copy) == before
+        summary.update(_cache_change(before, _snapshot(copy)))
         jit = _run_phase("jit", work / "jit-cache", work, ids, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return _judge(summary, ids, bundled, jit, keys)
+
+
+def _cache_change(before: dict[str, str], after: dict[str, str]) -> dict:
+    """What the launches did to the cache folder: every file of the bundle must be as it was, and nothing may be
+    added but the host launchers Triton builds there on a first launch (`cuda_utils`, `__triton_launcher`: a `.so`
+    each, in a folder of its own, compiled by the C compiler, no kernel). A kernel compile adds an entry (its
+    stages and a `__grp__` file)."""
+    added = sorted(path for path in after if path not in before and after[path] != "dir")
+    return {"bundle_files_unchanged": all(after.get(path) == digest for path, digest in before.items()),
+            "entries_added": [path for path in added if not path.endswith(".so")],
+            "launcher_builds": sum(1 for path in added if path.endswith(".so"))}
 
 
 def _judge(summary: dict, ids: list[str], bundled: dict, jit: dict, keys: set[str]) -> dict:
@@ -195,7 +206,8 @@ def _judge(summary: dict, ids: list[str], bundled: dict, jit: dict, keys: set[st
     summary["outputs_equal"] = equal
     summary["failures"] = failures
     summary["ok"] = (not failures and summary["verify_found"] == len(ids) and summary["compiles_with_bundle"] == 0
-                     and not summary["keys_outside_bundle"] and summary["cache_unchanged"]
+                     and not summary["keys_outside_bundle"] and summary["bundle_files_unchanged"]
+                     and not summary["entries_added"]
                      and summary["compiles_jit"] > 0 and equal == len(ids))
     return summary
 

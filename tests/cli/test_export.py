@@ -312,9 +312,28 @@ HIT, MISS = {"key": "k1", "cache_hit": True}, {"key": "k1", "cache_hit": False}
     (_run([]), _run([MISS]), True, {"k1"}, False),                     # no launch seen
 ])
 def test_the_verdict(proof, bundled, jit, unchanged, keys, ok):
-    summary = proof._judge({"cache_unchanged": unchanged, "verify_found": 1}, ["a:b@sm_90"],
+    cache = {"bundle_files_unchanged": unchanged, "entries_added": [], "launcher_builds": 2}
+    summary = proof._judge({**cache, "verify_found": 1}, ["a:b@sm_90"],
                            {"a:b@sm_90": bundled}, {"a:b@sm_90": jit}, keys)
     assert summary["ok"] is ok, summary
+
+
+def test_a_launcher_build_is_no_compile_and_a_new_entry_is(proof):
+    before = {"KEY": "dir", "KEY/k.cubin": "1", "KEY/__grp__k.json": "2"}
+    launcher = {**before, "L": "dir", "L/cuda_utils.cpython-312-x86_64-linux-gnu.so": "3"}
+    assert proof._cache_change(before, launcher) == {"bundle_files_unchanged": True, "entries_added": [],
+                                                     "launcher_builds": 1}
+    compiled = {**before, "NEW": "dir", "NEW/k.cubin": "4", "NEW/__grp__k.json": "5"}
+    assert proof._cache_change(before, compiled)["entries_added"] == ["NEW/__grp__k.json", "NEW/k.cubin"]
+    assert proof._cache_change(before, {**before, "KEY/k.cubin": "9"})["bundle_files_unchanged"] is False
+    assert proof._cache_change(before, {"KEY": "dir", "KEY/k.cubin": "1"})["bundle_files_unchanged"] is False
+
+
+def test_a_kernel_entry_added_fails_the_verdict(proof):
+    cache = {"bundle_files_unchanged": True, "entries_added": ["NEW/__grp__k.json"], "launcher_builds": 0}
+    summary = proof._judge({**cache, "verify_found": 1}, ["a:b@sm_90"], {"a:b@sm_90": _run([HIT])},
+                           {"a:b@sm_90": _run([MISS])}, {"k1"})
+    assert summary["ok"] is False
 
 
 def test_outputs_compare_as_bytes(proof):
@@ -370,5 +389,6 @@ def test_a_cell_that_does_not_compile_is_named_and_the_others_are_exported(tinyp
 
 
 def test_a_manifest_cell_the_project_does_not_have_fails_the_proof(proof):
-    summary = proof._judge({"cache_unchanged": True, "verify_found": 1}, ["gone:c@sm_90"], {}, {}, set())
+    summary = proof._judge({"bundle_files_unchanged": True, "entries_added": [], "verify_found": 1}, ["gone:c@sm_90"],
+                           {}, {}, set())
     assert summary["ok"] is False and "not a cell of the project's specs" in summary["failures"][0]
