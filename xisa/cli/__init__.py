@@ -25,6 +25,7 @@ from xisa.cli.check import bless, check, diff, merge
 from xisa.cli.compile import compile_command
 from xisa.cli.device import device
 from xisa.cli.doctor import doctor
+from xisa.cli.export import export_command
 from xisa.cli.inspect import cache_clear, cache_info, kernels, targets
 from xisa.cli.report import report
 from xisa.cli.ci import cache_key, shards
@@ -56,7 +57,7 @@ app.add_typer(cache_app, name="cache")
 for name, command in (("check", check), ("bless", bless), ("diff", diff), ("merge", merge),
                       ("compile", compile_command), ("device", device), ("doctor", doctor), ("targets", targets),
                       ("kernels", kernels), ("report", report), ("capture", capture), ("ab", ab),
-                      ("shards", shards)):
+                      ("shards", shards), ("export", export_command)):
     app.command(name)(command)
 app.command("ab-side", hidden=True)(ab_side)   # the half of `xisa ab` that runs in a side's own Python
 cache_app.command("clear")(cache_clear)

@@ -10,7 +10,7 @@ the real tensors would, the kernel's wrappers apply their values (`autotune`), a
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xisa.compile.autotune import backend_option_fields, kept_at_autotuner, run_wrappers
@@ -33,6 +33,9 @@ class BoundCell:
     config: str = ""                 # the autotuner config applied, described ('' when none)
     notes: tuple[str, ...] = ()      # launch options Triton itself rewrote for the target, each named
     picked: dict | None = None       # that config: {index: in the autotuner's list (None: its pruner made it), values}
+    # the option keywords the launch hands `backend.parse_options` (its own and `JITFunction.run`'s): what a
+    # launch elsewhere parses again under its own knobs (`xisa export --verify`)
+    launch_options: dict[str, Any] = field(default_factory=dict)
 
     def signature_record(self) -> dict[str, Any]:
         names = list(self.signature)
@@ -151,7 +154,7 @@ def bind_values(fn, target, kwargs: dict[str, Any], launch_options: dict[str, An
     notes = tuple(note for name, wanted in launch_options.items()
                   if (note := _refuse_unhonoured(options, name, wanted, path=path, field=option_field(name))))
     return BoundCell(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs, options=options, target=target,
-                     notes=notes)
+                     notes=notes, launch_options={k: v for k, v in launch_kwargs.items() if k in option_fields})
 
 
 def _run_options(fn, launch_options: dict[str, Any], option_fields: set[str]) -> dict[str, Any]:
