@@ -156,10 +156,11 @@ def test_a_worker_leaves_another_s_target_to_it_when_a_load_costs_more_than_shar
 
 
 def test_fresh_workers_start_kernels_nobody_has_before_sharing_one():
-    """Issue 35: a module of a package that asks the device imports that package anew (FlagGems: 6 to 15 s a load on
-    an H100). On one target every fresh worker used to take the longest cell left, so all 16 workers of an H100 started
-    on the first spec's cells and moved on together, each loading nearly every spec: 613 captured FlagGems cells took
-    97 s. Each worker now starts a spec nobody has, and keeps to it."""
+    """Issue 35: a module of a package that asks the device imports that package anew (FlagGems' generated kernels: a
+    worker's first cells took 13 to 20 s each on an H100). On one target every fresh worker used to take the longest
+    cell left, so all 16 workers of an H100 started on the first spec's cells and moved on together, each loading
+    nearly every spec: 613 captured FlagGems cells took 97 s. Each worker now starts a spec nobody has, and keeps
+    to it."""
     from types import SimpleNamespace
 
     from xisa.compile.runner import _Pending

@@ -299,16 +299,16 @@ class _Pending:
 
     A worker loads each kernel module once (a place: a spec file on a target), and once per target for a library that
     asks the device at import (fla: about a second a load); a module of a package that asks the device imports that
-    package anew (FlagGems: 6 to 15 s a load on an H100). So a worker keeps to the places it has loaded; one whose
-    places are done starts a place no worker has started (of its own targets first, then of a target nobody has,
-    then, where that target's load pays, of another's); a fresh worker any place nobody has. Only when every place is
-    started does a worker join another's place, and only where that pays for the load it costs: half of what is left
-    there (at this run's seconds a cell) must outlast a load (at this run's seconds of a worker's first cell of a place
-    or target, less a cell's). Without that, every worker took the longest cell left: on one target all 16 workers of an
-    H100 started on the first spec's cells, then all moved on to the next, so each of them loaded nearly every spec
-    (613 FlagGems cells, 47 specs: 97 s at -j 16). A library edit answers most cells from the stores in ~15 ms: a worker
-    then leaves another's place to it rather than load the library again for a few cells. Which worker compiles a cell
-    changes no result."""
+    package anew (FlagGems' generated kernels: a worker's first cells took 13 to 20 s each on an H100). So a worker
+    keeps to the places it has loaded; one whose places are done starts a place no worker has started (of its own
+    targets first, then of a target nobody has, then, where that target's load pays, of another's); a fresh worker
+    any place nobody has. Only when every place is started does a worker join another's place, and only where that
+    pays for the load it costs: half of what is left there (at this run's seconds a cell) must outlast a load (at this
+    run's seconds of a worker's first cell of a place or target, less a cell's). Before, every worker took the
+    longest cell left: on one target all 16 workers of an H100 started on the first spec's cells, then all moved on to
+    the next, so each of them loaded nearly every spec (613 FlagGems cells, 47 specs: 97 s at -j 16). A library edit
+    answers most cells from the stores in ~15 ms: a worker then leaves another's place to it rather than load the
+    library again for a few cells. Which worker compiles a cell changes no result."""
 
     def __init__(self, cells: list[Cell], todo: list[int]):
         self.order = deque(todo)
@@ -364,8 +364,8 @@ class _Pending:
             if index is None:
                 continue
             target = self.place[index][0]
-            if not others_busy or fresh or (
-                    (target in worker.targets or self._worth_a_load(target)) and self._worth_joining(self.place[index])):
+            pays = (target in worker.targets or self._worth_a_load(target)) and self._worth_joining(self.place[index])
+            if not others_busy or fresh or pays:
                 return self._give(index, worker)
         return None
 
