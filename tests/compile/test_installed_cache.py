@@ -162,3 +162,36 @@ def test_installed_dependencies_names_a_module_imported_after_the_last_answer(si
         assert str(site / "laterhelper" / "__init__.py") in after
     finally:
         sys.modules.pop("laterhelper", None)
+
+
+def test_each_folder_of_sys_path_is_read_for_distributions_once(tmp_path, monkeypatch):
+    """Issue 35: a load changes sys.path several times (FlagGems puts its backend's folder first, a `source:` kernel its
+    own folder), and each new sys.path read every installed distribution again, RECORD files too (7 reads in a
+    worker's 3 FlagGems loads; the GPU machines' image holds about 200 distributions). Each folder is read once a
+    process now, with the same answer: the first distribution on the path owns a name."""
+    from importlib import metadata
+
+    from xisa.compile import installed
+
+    first, second, third = (tmp_path / name for name in ("first", "second", "third"))
+    install(first, "fakehelper", helper(), version="1.0")
+    install(second, "fakehelper", helper(), version="2.0")
+    install(second, "otherhelper", {"otherhelper/__init__.py": ""})
+    install(third, "thirdhelper", {"thirdhelper/__init__.py": ""})
+    read: list[list[str]] = []
+    distributions = metadata.distributions
+
+    def counted(**kwargs):
+        read.append(list(kwargs["path"]))
+        return distributions(**kwargs)
+
+    monkeypatch.setattr(installed.metadata, "distributions", counted)
+    path = (str(first), str(second))
+    owners = installed._distributions_by_top_level(path)
+    assert owners["fakehelper"] == ("fakehelper", str(first / "fakehelper-1.0.dist-info" / "RECORD"))
+    assert owners["otherhelper"][0] == "otherhelper"
+    later = installed._distributions_by_top_level((str(third), *path))   # a folder put first, as a load does
+    assert later["thirdhelper"][0] == "thirdhelper" and later["fakehelper"] == owners["fakehelper"]
+    reversed_owner = installed._distributions_by_top_level(path[::-1])["fakehelper"]
+    assert reversed_owner[1].endswith("fakehelper-2.0.dist-info/RECORD")
+    assert sorted(map(tuple, read)) == [(str(first),), (str(second),), (str(third),)]   # each folder read once

@@ -153,3 +153,55 @@ def test_a_worker_leaves_another_s_target_to_it_when_a_load_costs_more_than_shar
     assert few.next_for(one) is not None   # nobody else busy: it takes one
     many, one = run(60)   # 50 left: 50 * 15 ms / 2 > 0.3 s
     assert many.next_for(one, others_busy=True) is not None
+
+
+def test_fresh_workers_start_kernels_nobody_has_before_sharing_one():
+    """Issue 35: a module of a package that asks the device imports that package anew (FlagGems' generated kernels: a
+    worker's first cells took 13 to 20 s each on an H100). On one target every fresh worker used to take the longest
+    cell left, so all 16 workers of an H100 started on the first spec's cells and moved on together, each loading
+    nearly every spec: 613 captured FlagGems cells took 97 s. Each worker now starts a spec nobody has, and keeps
+    to it."""
+    from types import SimpleNamespace
+
+    from xisa.compile.runner import _Pending
+
+    cells = _cells([("sm_90", "a")] * 4 + [("sm_90", "b")] * 3 + [("sm_90", "c")] * 2)
+    pending = _Pending(cells, list(range(len(cells))))
+    one, two, three = (SimpleNamespace(targets=[], places=[]) for _ in range(3))
+    assert [pending.next_for(w, others_busy=True) for w in (one, two, three)] == [0, 4, 7]   # a, b, c: one spec each
+    assert [pending.next_for(w, others_busy=True) for w in (one, two, three)] == [1, 5, 8]   # each its own spec's
+    assert [pending.next_for(w, others_busy=True) for w in (one, two)] == [2, 6]
+    # c is done and every spec is started: with no seconds measured yet, a load counts as long as a cell
+    assert pending.next_for(three, others_busy=True) is None   # a's 1 cell left would not pay for loading a again
+    assert pending.next_for(three) == 3                        # nobody else busy: it takes it (the run goes on)
+    assert not pending
+
+
+def test_a_worker_joins_another_s_kernel_only_where_what_is_left_pays_for_its_load():
+    """Once every spec is started, a worker whose specs are done loads another's only where half of what is left there
+    outlasts a load (this run's seconds of a worker's first cell of a spec, less a cell's)."""
+    from types import SimpleNamespace
+
+    from xisa.compile.runner import _Pending
+
+    def run(a_cells: int):
+        cells = _cells([("sm_90", "a")] * a_cells + [("sm_90", "b")] * 2 + [("sm_90", "c")])
+        pending = _Pending(cells, list(range(len(cells))))
+        one, two = (SimpleNamespace(targets=[], places=[]) for _ in range(2))
+        b, c = a_cells, a_cells + 2
+        assert [pending.next_for(one), pending.next_for(two)] == [0, b]
+        pending.observe(0, 8.0)   # each worker's first cell: its warm-up, neither a cell's cost nor a load's
+        pending.observe(b, 8.0)
+        for _ in range(10):
+            pending.observe(pending.next_for(one), 0.5)
+        assert pending.next_for(two) == b + 1
+        pending.observe(b + 1, 0.5)
+        assert pending.next_for(two) == c   # a spec nobody has: its first cell pays a load
+        pending.observe(c, 6.5)
+        return pending, two
+
+    few, two = run(20)    # 9 cells of a left: 9 * 0.5 s / 2 < 6 s
+    assert few.next_for(two, others_busy=True) is None
+    assert few.next_for(two) is not None   # nobody else busy: it takes one
+    many, two = run(40)   # 29 left: 29 * 0.5 s / 2 > 6 s
+    assert many.next_for(two, others_busy=True) is not None

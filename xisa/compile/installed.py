@@ -51,11 +51,26 @@ def toolchain_distributions() -> frozenset[str]:
     return frozenset(seen)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=64)
 def _distributions_by_top_level(path: tuple[str, ...]) -> dict[str, tuple[str, str | None]]:
-    """Top-level import name -> (normalized distribution name, its RECORD path or None), first on `path`."""
+    """Top-level import name -> (normalized distribution name, its RECORD path or None), first on `path`.
+
+    Each folder of `path` is read once a process (`_distributions_in`): a load changes sys.path several times
+    (FlagGems puts its backend's folder first, a `source:` kernel its own folder), and each new path used to read
+    every installed distribution again, RECORD files too where there is no top_level.txt (7 reads in a worker's 3
+    FlagGems loads; 37 distributions here, about 200 in the GPU machines' image: issue 35)."""
     found: dict[str, tuple[str, str | None]] = {}
-    for dist in metadata.distributions(path=list(path)):
+    for entry in dict.fromkeys(path):
+        for top, owner in _distributions_in(entry).items():
+            found.setdefault(top, owner)
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _distributions_in(entry: str) -> dict[str, tuple[str, str | None]]:
+    """`_distributions_by_top_level` of one folder of sys.path (files do not change under a running compile)."""
+    found: dict[str, tuple[str, str | None]] = {}
+    for dist in metadata.distributions(path=[entry]):
         name = _normalized(dist.metadata["Name"] or "")
         folder = getattr(dist, "_path", None)   # the dist-info folder (a PathDistribution)
         record = os.path.join(str(folder), "RECORD") if folder is not None else None

@@ -297,29 +297,39 @@ def _scratch_folder(prefix: str, cache_dir: Path) -> Path:
 class _Pending:
     """The cells still to give out, longest first, each worker's next chosen where its loads serve it.
 
-    A worker loads each kernel module once, and once per target for a library that asks the device at import (fla:
-    about a second a load): a worker that has compiled cells of a target gets that target's longest cell next (of
-    a kernel it has loaded, if there is one), one that has none a target no other worker has started; only when
-    its own targets are done does it take the longest cell left, and only where that pays for the load it costs:
-    half of what is left of that target (at this run's seconds a cell) must outlast a load (at this run's seconds
-    of a worker's first cell of a further target, less a cell's). A library edit answers most cells from the stores
-    in ~15 ms: a worker then leaves another's target to it rather than load the library again for a few cells.
-    Which worker compiles a cell changes no result."""
+    A worker loads each kernel module once (a place: a spec file on a target), and once per target for a library that
+    asks the device at import (fla: about a second a load); a module of a package that asks the device imports that
+    package anew (FlagGems' generated kernels: a worker's first cells took 13 to 20 s each on an H100). So a worker
+    keeps to the places it has loaded; one whose places are done starts a place no worker has started (of its own
+    targets first, then of a target nobody has, then, where that target's load pays, of another's); a fresh worker
+    any place nobody has. Only when every place is started does a worker join another's place, and only where that
+    pays for the load it costs: half of what is left there (at this run's seconds a cell) must outlast a load (at this
+    run's seconds of a worker's first cell of a place or target, less a cell's). Before, every worker took the
+    longest cell left: on one target all 16 workers of an H100 started on the first spec's cells, then all moved on to
+    the next, so each of them loaded nearly every spec (613 FlagGems cells, 47 specs: 97 s at -j 16). A library edit
+    answers most cells from the stores in ~15 ms: a worker then leaves another's place to it rather than load the
+    library again for a few cells. Which worker compiles a cell changes no result."""
 
     def __init__(self, cells: list[Cell], todo: list[int]):
         self.order = deque(todo)
         self.by_target: dict[str, deque[int]] = {}
         self.by_kernel: dict[tuple[str, str], deque[int]] = {}
+        self.places_of: dict[str, deque[tuple[str, str]]] = {}   # each target's places, by their longest cell
+        self.left: dict[tuple[str, str], int] = {}                # cells of each place not given out yet
         self.given: set[int] = set()
         self.place: dict[int, tuple[str, str]] = {}   # each cell: (its target, its spec file)
         for index in todo:
             cell = cells[index]
             place = self.place[index] = (cell.target.name, str(cell.kernel.spec_file))
             self.by_target.setdefault(place[0], deque()).append(index)
+            if place not in self.by_kernel:
+                self.places_of.setdefault(place[0], deque()).append(place)
             self.by_kernel.setdefault(place, deque()).append(index)
+            self.left[place] = self.left.get(place, 0) + 1
         self.started: set[str] = set()   # targets some worker has had a cell of
-        # Cells that were a worker's first of a target after its first cell: they paid what a steal costs (a load
-        # of a library that asks the device; nothing for one that does not), not the worker's warm-up.
+        self.started_places: set[tuple[str, str]] = set()   # places some worker has had a cell of
+        # Cells that were a worker's first of a place or a target after its first cell: they paid what joining costs (a
+        # load), not the worker's warm-up.
         self.opened: set[int] = set()
         self.warm_ups: set[int] = set()   # each worker's first cell
         self.cell_seconds: list[float] = []   # this run's seconds: of the other cells,
@@ -333,24 +343,54 @@ class _Pending:
         return len(self.given) < len(self.place)
 
     def next_for(self, worker: "_Worker", *, others_busy: bool = False) -> int | None:
-        """The worker's next cell; None (it waits) when only other workers' targets are left and taking one would
-        not pay for its load while they are busy with them."""
-        for queue in [self.by_kernel.get(place) for place in worker.places] + \
-                [self.by_target.get(target) for target in worker.targets] + \
-                [self.by_target[target] for target in self.by_target if target not in self.started]:
-            index = self._first(queue)
+        """The worker's next cell; None (it waits) when only places other workers have started are left, or places
+        of targets it lacks, and taking one would not pay for its load while they are busy with them."""
+        for place in worker.places:   # 1. what its loads serve
+            index = self._first(self.by_kernel.get(place))
             if index is not None:
                 return self._give(index, worker)
-        index = self._first(self.order)
-        if others_busy and not self._worth_a_load(self.place[index][0]):
-            return None
-        return self._give(index, worker)
+        fresh = not worker.targets   # its first cell pays a load wherever it is
+        for target in worker.targets + [t for t in self.by_target if t not in self.started]:
+            index = self._unstarted_place(target)   # 2. a place nobody has: of its targets, of a target nobody has
+            if index is not None:
+                return self._give(index, worker)
+        for target in self.by_target:   # of another's target, where that target's load pays
+            if target not in worker.targets:
+                index = self._unstarted_place(target)
+                if index is not None and (fresh or not others_busy or self._worth_a_load(target)):
+                    return self._give(index, worker)
+        # 3. another's place: of its own targets first, then the longest cell left
+        for index in [self._first(self.by_target.get(t)) for t in worker.targets] + [self._first(self.order)]:
+            if index is None:
+                continue
+            target = self.place[index][0]
+            pays = (target in worker.targets or self._worth_a_load(target)) and self._worth_joining(self.place[index])
+            if not others_busy or fresh or pays:
+                return self._give(index, worker)
+        return None
 
     def _worth_a_load(self, target: str) -> bool:
         left = sum(1 for index in self.by_target[target] if index not in self.given)
+        return self._pays(left)
+
+    def _worth_joining(self, place: tuple[str, str]) -> bool:
+        return self._pays(self.left[place])
+
+    def _pays(self, left: int) -> bool:
         cell = statistics.median(self.cell_seconds) if self.cell_seconds else 1.0
         load = max(0.0, statistics.median(self.load_seconds) - cell) if self.load_seconds else 1.0
         return left * cell / 2 > load
+
+    def _unstarted_place(self, target: str) -> int | None:
+        """The first cell of `target`'s longest place that no worker has started."""
+        places = self.places_of.get(target)
+        while places:
+            if places[0] not in self.started_places:
+                index = self._first(self.by_kernel[places[0]])
+                if index is not None:
+                    return index
+            places.popleft()
+        return None
 
     def _first(self, queue: deque[int] | None) -> int | None:
         while queue:
@@ -362,10 +402,12 @@ class _Pending:
     def _give(self, index: int, worker: "_Worker") -> int:
         self.given.add(index)
         place = self.place[index]
+        self.left[place] -= 1
         self.started.add(place[0])
+        self.started_places.add(place)
         if not worker.targets:
             self.warm_ups.add(index)
-        elif place[0] not in worker.targets:
+        elif place not in worker.places:
             self.opened.add(index)
         if place[0] not in worker.targets:
             worker.targets.append(place[0])
