@@ -363,19 +363,24 @@ def test_an_unknown_target_to_answer_as_is_refused_before_the_command_runs(tmp_p
     assert out.code == 2 and "--as: 'sm_99' is not a target of this project" in out.err and not marker.exists()
 
 
-def test_a_no_run_program_that_makes_a_cuda_tensor_is_told_its_line_and_the_fix(tmp_path, run_xisa):
+def test_a_no_run_program_that_makes_a_cuda_tensor_is_captured_with_the_tensor_on_the_cpu(tmp_path, run_xisa):
     """Under --no-run the device's queries are answered as a GPU (is_available() is True), so a program that picks
-    its tensors' device by it makes a CUDA tensor on a machine with none: one line naming its own line and the
-    variable to pick the device by, not a frame of torch."""
+    its tensors' device by it makes CUDA tensors on a machine with none: they are made on the CPU with the same
+    values (no kernel runs), and the launch is captured as the GPU's would be. What still needs a live GPU (a
+    stream, a synchronize) is one line naming the program's own line."""
     root = tmp_path / "proj"
     root.mkdir()
     (root / "uses_gpu.py").write_text(USES_GPU)
     (root / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["captured"]\n')
     out = run_xisa("capture", "--no-run", "--no-check", "--as", "sm_90", "--", sys.executable, "uses_gpu.py",
                    cwd=root, process=True)
-    assert out.code == 1, out.err
-    assert "a library asked the device for a live GPU (uses_gpu.py:12, in <module>)" in out.err
-    assert "XISA_CAPTURE_NO_RUN=1" in out.err
+    assert out.code == 0, out.err
+    assert "y_ptr: {tensor: fp32, shape: [4]}" in (root / "captured" / "fill.yaml").read_text()
+    (root / "uses_gpu.py").write_text(USES_GPU + "torch.cuda.synchronize()\n")
+    out = run_xisa("capture", "--no-run", "--no-check", "--as", "sm_90", "--", sys.executable, "uses_gpu.py",
+                   cwd=root, process=True)
+    assert out.code == 1 and "a library asked the device for torch.cuda.synchronize() (uses_gpu.py:13, in <module>)" \
+        in out.err, out.err
 
 
 USES_GPU = """import torch

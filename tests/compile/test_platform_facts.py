@@ -249,3 +249,30 @@ def test_a_function_or_driver_a_module_kept_from_its_load_answers_as_the_cell_be
     bound = {cell.target.name: {k: r.binding["constexprs"][k] for k in "ABD"} for cell, r in zip(cells, results)}
     assert bound == {"gfx942": {"A": 304, "B": 304, "D": 64}, "sm_90": {"A": 132, "B": 132, "D": 32},
                      "gfx1100": {"A": 96, "B": 96, "D": 64}}
+
+
+GPU_TABLE = """import torch
+import triton.language as tl
+
+# gemlite's shape: a lookup table per GPU, made at import
+TABLES = [torch.tensor([1, 2, 3], dtype=torch.int8, device="cuda:" + str(i)) for i in range(torch.cuda.device_count())]
+MOVED = torch.arange(4).cuda().to("cuda:0").to(0)
+SCALE = tl.constexpr(float(TABLES[0].sum().item() + MOVED.sum().item()))   # 6 + 6
+"""
+
+
+def test_a_tensor_a_library_makes_on_the_gpu_at_import_is_made_on_the_cpu_with_its_values(tmp_path, fresh_worker):
+    """gemlite builds per-GPU tables at import: with no GPU here, the load would fail on every target. No kernel runs
+    under xisa, so the table is made on the CPU with the same values; a stream still needs a live GPU."""
+    import torch
+
+    from xisa.errors import TargetError
+
+    root = _project(tmp_path / "p", "from platform_helper import IS_HIP\nfrom gpu_table import SCALE", ("gfx942",))
+    write_files(root, {"kernels/gpu_table.py": GPU_TABLE})
+    assert _load_for(root, "gfx942").fn.__globals__["SCALE"].value == 12.0
+    assert torch.zeros(2).device.type == "cpu" and torch.get_default_device().type == "cpu"
+    fresh_worker.loaded.clear()
+    write_files(root, {"kernels/gpu_table.py": GPU_TABLE + "torch.cuda.synchronize()\n"})
+    with pytest.raises(TargetError, match=r"a library asked the device for .*\(gpu_table.py:8, in <module>\)"):
+        _load_for(root, "gfx942")

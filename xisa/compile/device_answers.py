@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from xisa.compile.gpu_probes import refuse_probes
+from xisa.compile.gpu_tensors import tensors_on_cpu
 from xisa.compile.platform_facts import BACKEND, platform_fact
 from xisa.compile.state import ENVIRONMENT_PACKAGES
 from xisa.errors import TargetError
@@ -395,9 +396,12 @@ def torch_answers(answers: DeviceAnswers) -> Iterator[None]:
     torch.version.__class__ = _version_module(answers, saved_class)
     refuse_probes(_answering_now)   # NVML, AMD SMI and the vendors' tools, while any target answers
     _ANSWERING.append(answers)
+    on_cpu = tensors_on_cpu()   # a tensor made on the GPU outside a launch: on the CPU, the same values
+    on_cpu.__enter__()
     try:
         yield
     finally:
+        on_cpu.__exit__(None, None, None)
         _ANSWERING.remove(answers)
         torch.version.__class__ = saved_class
         for owner, name, value in reversed(saved):
