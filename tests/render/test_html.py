@@ -451,7 +451,7 @@ def _thirteen_target_change() -> CheckReport:
 def test_no_element_overlaps_another_in_headless_chromium(tmp_path, width):
     chromium = _chromium()
     page = tmp_path / "report.html"
-    html = render_html(_thirteen_target_change(), exit_code=0)
+    html = render_html(_thirteen_target_change())
     write_html(page, html.replace("</body>", MEASURE + "</body>"))
     dom = _browse(chromium, page.as_uri(), tmp_path / "profile", "--dump-dom", f"--window-size={width},1000")
     assert 'data-ready="1"' in dom, "the page's script did not run"
