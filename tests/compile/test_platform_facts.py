@@ -193,6 +193,9 @@ PROBES = {
     "rocminfo_shell": "subprocess.run('rocminfo | grep -m1 gfx', shell=True, capture_output=True)",
     "nvml": "ctypes.CDLL('libnvidia-ml.so.1')",
     "os_system": "os.system('amd-smi static')",
+    "shell_pipe_no_spaces": "os.popen('rocminfo|grep gfx').read()",
+    "llvm_arch_tool": "subprocess.run(['amdgpu-arch'], capture_output=True)",
+    "cudart": "ctypes.CDLL('libcudart.so.12')",
 }
 
 
@@ -206,7 +209,8 @@ def test_a_gpu_probe_behind_torchs_back_is_one_line_naming_the_librarys_line(tmp
             "SCALE = tl.constexpr(2.0)")
     root = _project(tmp_path / "p", asks, ("gfx942",))
     with pytest.raises(TargetError, match=r"a library asked the device for \S+ \((subprocess.Popen|ctypes.dlopen|"
-                                          r"os.system), from kernels/vendor.py:\d+\): it asks this machine's GPU"):
+                                          r"os.system), from (kernels/vendor.py|\S+/os.py):\d+\): it asks this "
+                                          r"machine's GPU"):
         _load_for(root, "gfx942")
 
 
@@ -276,3 +280,33 @@ def test_a_tensor_a_library_makes_on_the_gpu_at_import_is_made_on_the_cpu_with_i
     write_files(root, {"kernels/gpu_table.py": GPU_TABLE + "torch.cuda.synchronize()\n"})
     with pytest.raises(TargetError, match=r"a library asked the device for .*\(gpu_table.py:8, in <module>\)"):
         _load_for(root, "gfx942")
+
+
+TORCH_KEEPS = """import torch
+import triton
+import triton.language as tl
+from torch.utils._triton import has_triton_tma_device   # a functools.cache over the device's capability
+
+PROPS = torch.cuda.get_device_properties(0)
+
+
+@triton.heuristics({"SCALE": lambda args: 5.0 if has_triton_tma_device() else 7.0,
+                    "SMEM": lambda args: getattr(PROPS, "shared_memory_per_block_optin", 1)})   # absent on ROCm
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr, SCALE: tl.constexpr, SMEM: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.load(x_ptr + r) * SCALE + SMEM)
+"""
+
+
+def test_a_platform_answer_torch_itself_keeps_is_each_targets(tmp_path, fresh_worker):
+    """Red team: torch.utils._triton caches has_triton_tma_device() (torch is never imported anew, so the first
+    target's answer stayed for every later one), and a properties object kept at import listed the creating target's
+    attributes (ROCm's torch has no shared_memory_per_block_optin)."""
+    targets = ("gfx942", "sm_90", "sm_80")
+    root = write_files(_project(tmp_path / "p", READS["helper"], targets), {"kernels/vendor.py": TORCH_KEEPS})
+    alone = {}
+    for target in targets:
+        alone.update(_compiled(root, tmp_path / f"alone-{target}", jobs=1, only=target))
+    for order in (targets, tuple(reversed(targets))):
+        assert _compiled(root, tmp_path / f"mixed-{order[0]}", jobs=1, order=order) == alone, order

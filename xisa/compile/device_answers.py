@@ -164,7 +164,7 @@ class DeviceAnswers:
         if self.target is None:
             raise self.refuse(query)
         self.note(query)   # the object answers each read as the target then under way
-        return _TritonProperties(self, TRITON_PROPERTIES[self.target.backend], query)
+        return _TritonProperties(self, query)
 
     def torch_properties(self, device: Any) -> TorchDeviceProperties:
         query = f"torch.cuda.get_device_properties({'' if device is None else repr(device)})"
@@ -188,21 +188,40 @@ def _asking_packages() -> set[str]:
             break   # the loader or binder that started this: nothing further out is part of the load
         if top and top not in _NOT_ASKERS and top not in ENVIRONMENT_PACKAGES and top not in sys.stdlib_module_names:
             packages.add(top)
+        elif top == "torch" and "." in name and not name.startswith(_TORCH_CORE):
+            packages.add(name)   # a module of torch that keeps what it read (torch.utils._triton's caches): by name
         frame = frame.f_back
     return packages
+
+
+# torch's own modules that answer (patched above) or are torch itself: never imported anew. Any other module of torch
+# whose code asked (`torch.utils._triton.has_triton_tma_device`, a functools.cache over the capability; inductor's
+# `IS_ROCM` at import) keeps the first target's answer, so each load imports its own copy
+# (`xisa.compile.state.WorkerState.learn_device_packages`).
+_TORCH_CORE = ("torch.cuda", "torch.version", "torch.accelerator", "torch._C", "torch.backends", "torch.overrides",
+               "torch.nn", "torch.autograd", "torch.library", "torch._ops", "torch._tensor", "torch.functional",
+               "torch.random", "torch.types", "torch.utils._device", "torch.utils._contextlib", "torch.serialization")
 
 
 class _TritonProperties(Mapping):
     """Triton's device-properties dict: the backend's keys, each answered when read (an unstated one is refused)."""
 
-    def __init__(self, answers: DeviceAnswers, keys: dict[str, str | None], query: str):
-        self._answers, self._keys, self._query = answers, keys, query
+    def __init__(self, answers: DeviceAnswers, query: str):
+        self._answers, self._query = answers, query
+
+    @property
+    def _keys(self) -> dict[str, str | None]:
+        """The keys of the backend under way (kept from one load, the dict answers as the target compiling now);
+        which keys there are is the backend's: recorded as read."""
+        now = current_answers(self._answers)
+        now.note(f"{self._query} keys", BACKEND)
+        return TRITON_PROPERTIES[now.target.backend]
 
     def __getitem__(self, key):
-        if key not in self._keys:
+        keys = self._keys
+        if key not in keys:
             raise KeyError(key)
-        value = current_answers(self._answers).fact(self._keys[key], f"{self._query}[{key!r}]")
-        return value
+        return current_answers(self._answers).fact(keys[key], f"{self._query}[{key!r}]")
 
     def __iter__(self):
         return iter(self._keys)
@@ -230,7 +249,11 @@ class TorchDeviceProperties:
         return value
 
     def _names(self) -> list[str]:
-        absent = TORCH_ABSENT[self._answers.target.backend]
+        """torch's attributes on the backend under way (ROCm's torch has no `shared_memory_per_block_optin`): which
+        there are is the backend's, recorded as read (a `getattr(props, name, default)` took its branch on it)."""
+        now = current_answers(self._answers)
+        now.note(f"{self._query} attributes", BACKEND)
+        absent = TORCH_ABSENT[now.target.backend]
         return [name for name in TORCH_PROPERTIES if name not in absent]
 
     def __dir__(self):

@@ -9,11 +9,14 @@ or with none a fallback the library picks silently, never the target's. Python's
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any, Callable
 
-PROBE_TOOLS = frozenset({"nvidia-smi", "rocminfo", "rocm-smi", "amd-smi", "rocm_agent_enumerator", "rocm-smi-lib"})
-PROBE_LIBRARIES = ("libnvidia-ml", "libamd_smi", "librocm_smi", "libcuda.so", "libamdhip64", "libhsa-runtime64")
+PROBE_TOOLS = frozenset({"nvidia-smi", "rocminfo", "rocm-smi", "amd-smi", "rocm_agent_enumerator", "amdgpu-arch",
+                         "offload-arch", "nvptx-arch", "hipInfo", "deviceQuery", "clinfo", "lspci"})
+PROBE_LIBRARIES = ("libnvidia-ml", "libamd_smi", "librocm_smi", "libcuda.so", "libcudart", "libamdhip64",
+                   "libhsa-runtime64")
 _PROCESS_EVENTS = {"subprocess.Popen": 1, "os.posix_spawn": 1, "os.exec": 1, "os.system": 0}
 
 _CURRENT: list[Callable[[], Any]] = []   # once hooked: what answers now (a DeviceAnswers), None outside
@@ -28,11 +31,11 @@ def probe_of(event: str, args: tuple) -> str | None:
     if where is None:
         return None
     argv = args[where]
-    words = argv.split() if isinstance(argv, (str, bytes)) else [w for a in (argv or ()) for w in str(a).split()]
-    for word in words:
-        name = os.path.basename(os.fsdecode(word) if isinstance(word, bytes) else word).strip("'\"")
-        if name in PROBE_TOOLS:
-            return name
+    text = os.fsdecode(argv) if isinstance(argv, (str, bytes)) else " ".join(
+        os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in (argv or ()))
+    for word in re.split(r"[\s|;&()<>`'\"$]+", text):   # a shell command's words: `rocminfo|grep gfx` too
+        if os.path.basename(word) in PROBE_TOOLS:
+            return os.path.basename(word)
     return None
 
 

@@ -164,9 +164,10 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
     else:
         top = None
 
-    def isolated(name: str, module: Any) -> bool:   # a package that asked the device is loaded anew per load
-        package = name.partition(".")[0]
-        return is_project_module(name, module) or package == top or package in WORKER.device_packages
+    def isolated(name: str, module: Any) -> bool:   # a package (or a module of torch) that asked the device is
+        package = name.partition(".")[0]                # loaded anew per load
+        return is_project_module(name, module) or package == top or package in WORKER.device_packages or \
+            name in WORKER.device_packages
 
     set_aside = {name: module for name, module in list(sys.modules.items()) if isolated(name, module)}
     for name in set_aside:

@@ -268,7 +268,9 @@ def compiling(spec: KernelSpec, target=None) -> Iterator[None]:
 def _load_in_sight(loaded) -> Iterator[None]:
     """The load's own modules in sys.modules while its cells compile, and nothing else of their packages; a module
     a heuristic imports then (`from lib.device_info import f` inside a function) joins them instead of staying."""
-    packages = {name.partition(".")[0] for name in loaded.modules} | WORKER.device_packages
+    # a package of the load's modules; a module of torch by its own name (torch itself stays in sight)
+    packages = {name if name.partition(".")[0] in ENVIRONMENT_PACKAGES else name.partition(".")[0]
+                for name in loaded.modules} | WORKER.device_packages
     others = {name: sys.modules.pop(name) for name in _in_packages(sys.modules, packages)}
     sys.modules.update(loaded.modules)
     try:
