@@ -375,3 +375,23 @@ def test_an_importable_module_outside_the_project_is_named_and_one_found_only_at
     assert (root / "captured" / "generated" / "added_copy.py").read_text().startswith(LIBRARY_KERNEL)
     assert not (root / "captured" / "generated" / "installed_copy.py").exists()
     assert "a folder the program put on sys.path at run time" in (root / "captured" / "added_copy.yaml").read_text()
+
+
+def test_a_kernel_of_a_package_installed_in_the_projects_own_venv_is_named_by_its_module(tmp_path):
+    """Issue 38, item 2: with `.venv` in the project root, as the README's set-up makes it, every captured spec was
+    written as `source: ../.venv/lib/python3.11/site-packages/...`, and a fresh clone of the project failed at once."""
+    from xisa.spec.capture import CapturedKernel, kernel_source
+
+    site = tmp_path / "proj" / ".venv" / "lib" / "python3.11" / "site-packages" / "fakelib"
+    site.mkdir(parents=True)
+    (site / "ops.py").write_text("# a kernel\n")
+    kernel = CapturedKernel(function="kern", qualname="kern", module="fakelib.ops", file=str(site / "ops.py"),
+                            wrapper=None, name="kern")
+    kind, where, notes = kernel_source(kernel, tmp_path / "proj" / "captured", tmp_path / "proj")
+    assert (kind, where) == ("module", "fakelib.ops") and "installed" in notes[0]
+    own = tmp_path / "proj" / "src" / "mylib"
+    own.mkdir(parents=True)
+    (own / "ops.py").write_text("# a kernel\n")
+    mine = CapturedKernel(function="kern", qualname="kern", module="mylib.ops", file=str(own / "ops.py"),
+                          wrapper=None, name="kern")
+    assert kernel_source(mine, tmp_path / "proj" / "captured", tmp_path / "proj")[:2] == ("source", "../src/mylib/ops.py")

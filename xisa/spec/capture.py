@@ -225,13 +225,21 @@ def _options_by_backend(options: dict, option_backends: dict[str, set[str]]) -> 
     return common, per_backend
 
 
+def installed_file(file: Path) -> bool:
+    """A file of an installed distribution: under a `site-packages` or `dist-packages` folder of any environment."""
+    return any(part in ("site-packages", "dist-packages") for part in file.parts)
+
+
 def kernel_source(kernel: CapturedKernel, spec_dir: Path, project_root: Path) -> tuple[str, str, list[str]]:
     """`source:` (a file inside the project, relative to the spec, or the kept copy of a generated module's
     text), or `module:` (anything else importable by name), and the notes that say why."""
     file = Path(kernel.file)
     root = Path(os.path.abspath(project_root))
-    if file.is_relative_to(root) and file.is_file() and not (kernel.kept and kernel.fresh):
+    installed = installed_file(file) and kernel.module != "__main__" and not kernel.kept
+    if file.is_relative_to(root) and file.is_file() and not (kernel.kept and kernel.fresh) and not installed:
         return "source", Path(os.path.relpath(file, os.path.abspath(spec_dir))).as_posix(), []
+    if installed:   # wherever the environment lives, the project's own `.venv` included: a clone has its own
+        return "module", kernel.module, [f"{kernel.module} is an installed package's: named by its module"]
     generated = kernel.generated or {}
     why = portable_text(str(generated.get("why", "")), root)
     if kernel.kept:
