@@ -47,13 +47,12 @@ class TargetUtils:
 
 class LoadTargetDriver:
     """Triton's active driver while a kernel module loads or a cell compiles: `get_current_target()` is the target's
-    GPUTarget (a module sizing a kernel from it gets that target's value, and is loaded once per target), the
-    device queries are the target's (`DeviceAnswers`), and `get_active_torch_device()` is the device a launch
+    GPUTarget (a module sizing a kernel from it gets that target's value, and its load serves only targets of the
+    same GPUTarget), the device queries are the target's (`DeviceAnswers`), and `get_active_torch_device()` is the device a launch
     would use. What needs a GPU (streams, benchmarks, launchers) is refused in one line naming it: an answer from
     this machine's own GPU would be another target's."""
 
     def __init__(self, target, answers: DeviceAnswers | None = None):
-        self._target = target
         self.answers = answers if answers is not None else DeviceAnswers(target)
         self.utils = TargetUtils(self.answers)
 
