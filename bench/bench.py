@@ -92,7 +92,7 @@ SERIAL = '''
 import json, sys, time
 from pathlib import Path
 from xisa.compile.cell import compile_cell
-from xisa.compile.toolchain import apply_pinned_env
+from xisa.compile.worker.toolchain import apply_pinned_env
 from xisa.api import open_workspace
 ws = open_workspace(cwd=Path(sys.argv[1]))
 apply_pinned_env(Path(sys.argv[2]))

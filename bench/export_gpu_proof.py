@@ -42,7 +42,7 @@ def _snapshot(folder: Path) -> dict[str, str]:
 
 def _copy_for_launches(bundle: Path, manifest: dict, copy: Path) -> None:
     """The bundle at `copy`, its group files naming `copy` (as an export with --deploy-dir COPY writes them)."""
-    from xisa.compile.launch_cache import relocate_group
+    from xisa.compile.export.launch_cache import relocate_group
 
     shutil.copytree(bundle, copy)
     for folder, group_file in {(c["folder"], c["group_file"]) for c in manifest["cells"]}:
@@ -52,7 +52,7 @@ def _copy_for_launches(bundle: Path, manifest: dict, copy: Path) -> None:
 
 def _phase(args) -> int:
     """One process's launches: each chosen cell's runtime check, the listener's events, the launch arguments."""
-    from xisa.compile.runner import import_compile_modules
+    from xisa.compile.launch.warm import import_compile_modules
 
     import_compile_modules()   # torch and Triton before any kernel module loads, as `xisa device` has them
     import torch
@@ -91,7 +91,7 @@ def _phase(args) -> int:
 
 
 def _run_phase(name: str, cache: Path, work: Path, cells: list[str], args) -> dict:
-    from xisa.compile.launch_cache import default_launch_environ
+    from xisa.compile.export.launch_cache import default_launch_environ
 
     out = work / f"{name}.pt"
     env = {**default_launch_environ(dict(os.environ)), "TRITON_CACHE_DIR": str(cache)}
@@ -142,7 +142,7 @@ def prove(args) -> dict:
     import triton
 
     from xisa.api.export import verify
-    from xisa.compile.bundle import read_manifest
+    from xisa.compile.export.bundle import read_manifest
 
     manifest = read_manifest(args.bundle)
     ids, gpu = _chosen_cells(manifest, args)

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from xisa.analyze.model import Analysis
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 
 
 def _golden_toolchain_skip():
     """The repo's goldens are made with one Triton; under another one they are a toolchain difference."""
     from importlib.metadata import version
 
-    from xisa.compile.toolchain import GOLDEN_TRITON
+    from xisa.compile.worker.toolchain import GOLDEN_TRITON
 
     installed = version("triton")
     return pytest.mark.skipif(installed != GOLDEN_TRITON, reason=f"the repo's goldens are made with Triton "
@@ -130,7 +130,7 @@ def one_case_spec(name: str, where: str, targets: str = "gfx942") -> str:
 def count_as_installed(monkeypatch, folder: Path) -> None:
     """Make `folder` a site folder, as site-packages is (its files installed, not the project's), on sys.path;
     undo with `monkeypatch.undo()` and `forget_installed()`."""
-    from xisa.compile import reads
+    from xisa.compile.incremental import reads
 
     environment = reads.environment_roots()
     monkeypatch.setattr(reads, "environment_roots", lambda: (*environment, os.path.join(str(folder), "")))
@@ -139,7 +139,7 @@ def count_as_installed(monkeypatch, folder: Path) -> None:
 
 
 def forget_installed() -> None:
-    from xisa.compile import reads
+    from xisa.compile.incremental import reads
 
     reads.in_environment.cache_clear()
 

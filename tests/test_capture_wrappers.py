@@ -170,7 +170,7 @@ def captured(tmp_path_factory):
 def test_wrapper_chains_unwrap_by_type_to_the_jit_function(tmp_path):
     from triton.runtime.autotuner import Autotuner, Heuristics
 
-    from xisa.compile.loader import load_kernel_object, unwrap_kernel
+    from xisa.compile.launch.loader import load_kernel_object, unwrap_kernel
     from xisa.spec.cases import load_spec
 
     root = _project(tmp_path / "proj")

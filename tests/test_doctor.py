@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 import triton
 
-from xisa.doctor import diagnose
+from xisa.api.doctor import diagnose
 from xisa.golden.store import scan_golden_toolchains
 from xisa.render.doctor import render_doctor_text
-from xisa.compile.toolchain import HARMLESS_ENV, REFUSED_ENV
+from xisa.compile.worker.toolchain import HARMLESS_ENV, REFUSED_ENV
 
 
 def _project(root: Path, versions: list[str]) -> Path:

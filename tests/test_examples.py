@@ -234,7 +234,7 @@ def test_workflow_installs_xisa_and_the_goldens_toolchain_pinned():
     """xisa, the goldens' Triton and a CPU torch, each pinned; the project's own package only after them, in a
     step of its own, with the pins repeated so that its requirements cannot move Triton (it let pip pick
     Triton 3.9 while the goldens are 3.8)."""
-    from xisa.compile.toolchain import GOLDEN_TRITON
+    from xisa.compile.worker.toolchain import GOLDEN_TRITON
 
     wf = _load(WORKFLOW)
     assert wf["env"]["TRITON_VERSION"] == GOLDEN_TRITON and re.fullmatch(r"\d+\.\d+\.\d+", wf["env"]["TORCH_VERSION"])

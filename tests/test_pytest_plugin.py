@@ -87,7 +87,7 @@ def warm_imports():
     """Torch, Triton and xisa imported before pytester snapshots `sys.modules`: it drops the modules imported
     after the snapshot, and Triton's and torch's C extensions cannot be imported a second time."""
     import xisa.api  # noqa: F401
-    from xisa.compile.runner import import_compile_modules
+    from xisa.compile.launch.warm import import_compile_modules
 
     import_compile_modules()
 
@@ -216,7 +216,7 @@ def test_the_session_gives_the_environment_and_triton_knobs_back(tinyproj, tmp_p
 def test_a_session_ends_with_its_cache_within_the_limit(tinyproj, tmp_path):
     """The cells' review material (streams, source lines, parsed goldens) is written after the compile's trim: the
     session trims again as it finishes, as every xisa command does."""
-    from xisa.compile.cache_limit import cache_info
+    from xisa.compile.incremental.cache_limit import cache_info
 
     with (tinyproj / "pyproject.toml").open("a") as handle:
         handle.write('cache_size = "4KB"\n')

@@ -19,14 +19,14 @@ import yaml
 
 from support import FIXTURES, REPO, copy_tinyproj, xisa_process
 import xisa.cli
-import xisa.compile.toolchain
+import xisa.compile.worker.toolchain
 from xisa.golden import bless as bless_module
 from xisa.analyze.amdgcn import analyze_amdgcn
 from xisa.errors import GoldenError, SpecError, ToolchainError, XisaError
 from xisa.golden.store import golden_paths, read_golden, render_golden
 from xisa.names import CASE_NAME, KERNEL_NAME, MAX_NAME_LENGTH, check_name
-from xisa.compile.result import CellResult
-from xisa.compile.toolchain import REFUSED_ENV, check_environment, check_supported
+from xisa.compile.worker.result import CellResult
+from xisa.compile.worker.toolchain import REFUSED_ENV, check_environment, check_supported
 from xisa.yamlio import MAX_EXPANDED_NODES, parse_yaml
 
 ASM = FIXTURES / "asm"
@@ -557,7 +557,7 @@ def test_cli_refuses_an_unsupported_triton(tinyproj, shared_cache, monkeypatch, 
     monkeypatch.chdir(tinyproj)
     monkeypatch.setenv("XISA_CACHE_DIR", str(shared_cache))
     monkeypatch.delenv("CI", raising=False)
-    monkeypatch.setattr(xisa.compile.toolchain, "triton_version", lambda: version)
+    monkeypatch.setattr(xisa.compile.worker.toolchain, "triton_version", lambda: version)
     before = snapshot(tinyproj)
     with pytest.raises(SystemExit) as info:
         xisa.cli.main(["bless", "--arch", "gfx942"])

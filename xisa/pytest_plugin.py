@@ -279,7 +279,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if config.getoption("xisa", default=False):
-        from xisa.compile.toolchain import pinned_note
+        from xisa.compile.worker.toolchain import pinned_note
 
         note = pinned_note()   # as every command says it: the cells ignored a knob the environment sets
         if note:

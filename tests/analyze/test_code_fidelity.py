@@ -224,7 +224,7 @@ def test_code_bytes_changed_under_an_unchanged_stream_is_a_change(tmp_path):
 
     from xisa.analyze.amdgcn import analyze_amdgcn
     from xisa.golden.store import GoldenSet, golden_paths, render_golden, write_golden
-    from xisa.compile.result import CellResult
+    from xisa.compile.worker.result import CellResult
     from xisa.golden.verdict import build_report
 
     asm = "\t.type\tk,@function\nk:\n\ts_nop 0\n\ts_endpgm\n.Lfunc_end0:\n"

@@ -16,7 +16,7 @@ import pytest
 
 from xisa.analyze import codeobject
 from xisa.compile.cell import SourceFiles
-from xisa.compile.ptxas import _CanonicalSubprocess, relative_ptx
+from xisa.compile.tools.ptxas import _CanonicalSubprocess, relative_ptx
 from xisa.errors import ParseError, ToolchainError
 
 _SECTION = struct.Struct("<IIQQQQIIQQ")
@@ -188,7 +188,7 @@ def test_a_debug_kernel_names_its_source_path_in_its_data_so_a_move_is_a_change(
 
 
 def test_ptxas_gets_the_ptx_with_relative_source_paths_and_nothing_else_changed():
-    """ptxas-blackwell's allocation follows the `.file` strings (xisa.compile.ptxas)."""
+    """ptxas-blackwell's allocation follows the `.file` strings (xisa.compile.tools.ptxas)."""
     ptx = ('.version 8.7\n.target sm_100a\n\t.file\t1 "/home/u/proj/kernels/k.py"\n'
            '\t.file\t2 "/home/u/proj/.venv/lib/python3.11/site-packages/triton/language" "standard.py"\n'
            '\tmov.u32 %r1, "/not/a/file/directive";\n\t.loc\t1 12 7\n')
@@ -268,12 +268,12 @@ def test_ptxas_reads_the_same_bytes_from_any_checkout(run_xisa, tmp_path):
 
 
 def test_ptxas_runs_as_its_name_on_fixed_file_names_wherever_the_input_is(tmp_path, monkeypatch):
-    """The input's path and argv[0] reach ptxas-blackwell's allocation (xisa.compile.ptxas): ptxas gets the same
+    """The input's path and argv[0] reach ptxas-blackwell's allocation (xisa.compile.tools.ptxas): ptxas gets the same
     command whatever folder Triton's temp file and the virtual environment are in, in a fresh folder of its own,
     and the output lands where Triton reads it."""
     import subprocess
 
-    from xisa.compile import ptxas
+    from xisa.compile.tools import ptxas
 
     seen = []
 

@@ -204,7 +204,7 @@ def sm90_dot():
 
 def test_real_sm90_dot_has_tensor_instructions_and_registers(sm90_dot):
     from xisa.analyze.backends import NVIDIA
-    from xisa.compile.disassemble import machine_code
+    from xisa.compile.tools.disassemble import machine_code
 
     shared = int(sm90_dot.metadata.shared)
     sass_text, cubin, usage = machine_code(NVIDIA, sm90_dot)   # nvdisasm and cuobjdump run here, not in the analysis

@@ -11,7 +11,7 @@ import pytest
 
 from support import copy_tinyproj, xisa_process
 from xisa import __version__
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.errors import UsageError
 from xisa.render.progress import Heartbeat, LineProgress, line_progress, progress_interval
 from xisa.spec.shard import shard_from_environment

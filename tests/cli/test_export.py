@@ -65,7 +65,7 @@ def _launch(project: Path, target: str, cache: Path) -> dict:
 
 
 def _probe(request: dict, cache: Path) -> dict:
-    from xisa.compile.launch_cache import default_launch_environ
+    from xisa.compile.export.launch_cache import default_launch_environ
 
     env = {**default_launch_environ(dict(os.environ)), "TRITON_CACHE_DIR": str(cache)}
     proc = subprocess.run([sys.executable, str(PROBE), json.dumps(request)], capture_output=True, text=True,
@@ -118,7 +118,7 @@ def test_a_launch_on_the_target_finds_its_entry_and_compiles_nothing(exported, t
 
 @pytest.mark.parametrize("target", ["gfx942", "sm_90"])
 def test_an_entry_is_byte_for_byte_what_a_cold_launch_writes(exported, tmp_path, target):
-    from xisa.compile.launch_cache import relocate_group
+    from xisa.compile.export.launch_cache import relocate_group
 
     project, bundle, _ = exported
     cold = tmp_path / "cold"

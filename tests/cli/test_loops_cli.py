@@ -15,7 +15,7 @@ from support import copy_tinyproj, write_files
 from xisa.analyze import amdgcn, sass
 from xisa.analyze.backends import AMD, NVIDIA
 from xisa.analyze.loops import find_loops
-from xisa.compile import mca
+from xisa.compile.tools import mca
 from xisa.golden.store import golden_paths
 
 LOOP_PY = """import triton

@@ -14,7 +14,7 @@ from triton.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
 
 from support import FIXTURES
-from xisa.compile.standins import make_standin, resolve_derived
+from xisa.compile.launch.standins import make_standin, resolve_derived
 from xisa.errors import SpecError
 
 GFX942 = triton.backends.compiler.GPUTarget("hip", "gfx942", 64)
@@ -72,8 +72,8 @@ def test_derived_ints_are_what_torch_gives(view):
 def test_a_case_with_derived_ints_binds_as_the_launch_with_the_real_tensor(project):
     """Through the spec: the derived ints specialize (==1, %16) exactly as the real view's do."""
     from xisa.api import Selection, open_workspace
-    from xisa.compile.bind import bind_cell
-    from xisa.compile.loader import load_kernel_function
+    from xisa.compile.launch.bind import bind_cell
+    from xisa.compile.launch.loader import load_kernel_function
 
     (project / "derived.yaml").write_text("""name: derived
 source: args.py
@@ -123,7 +123,7 @@ def test_a_bad_derived_int_names_the_field(arg, needle):
 
 def test_a_standin_view_binds_like_a_real_view_of_its_storage():
     """Triton's AMD binder judges `untyped_storage().size()`; a meta tensor's view answers the same as ours."""
-    from xisa.compile.standins import TWO_GIB
+    from xisa.compile.launch.standins import TWO_GIB
 
     pool = torch.empty(2**31 + 2**20, dtype=torch.bfloat16, device="meta")   # 4 GiB, no memory
     real = pool[4096:4096 + 16 * 256].view(16, 256)

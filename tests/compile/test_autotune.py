@@ -15,10 +15,10 @@ from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
 from support import FIXTURES, REPO
-from xisa.compile.config_all import config_lister
-from xisa.compile.bind import bind_cell, bind_values
-from xisa.compile.loader import load_kernel_function, load_kernel_object, unwrap_kernel
-from xisa.compile.cache import cell_key
+from xisa.compile.launch.config_all import config_lister
+from xisa.compile.launch.bind import bind_cell, bind_values
+from xisa.compile.launch.loader import load_kernel_function, load_kernel_object, unwrap_kernel
+from xisa.compile.incremental.keys import result_key as cell_key
 from xisa.errors import SpecError, XisaError
 from xisa.spec.cases import build_cells, load_spec
 from xisa.spec.targets import load_targets, select_targets

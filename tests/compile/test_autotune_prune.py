@@ -178,8 +178,8 @@ def test_the_kept_configs_are_tritons_own_prune_configs_on_that_targets_answers(
     """The oracle: Autotuner.prune_configs itself, on real tensors passed by position, as the target answers."""
     import torch
 
-    from xisa.compile.loader import load_kernel_object
-    from xisa.compile.target_driver import target_driver
+    from xisa.compile.launch.loader import load_kernel_object
+    from xisa.compile.gpu.target_driver import target_driver
 
     _spec(project, "  - {name: c, config: all}\n", function=function, targets=f"[{arch}]",
           args=f"{{x_ptr: {{tensor: fp16, shape: [{rows}, {cols}]}}, y_ptr: {{tensor: fp32, shape: [{rows}]}}, "

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from support import compile_here, write_files
-from xisa.compile.backend_store import BackendReuse, back_end_is_tritons, canonical, named_files
+from xisa.compile.incremental.backend_store import BackendReuse, back_end_is_tritons, named_files
+from xisa.compile.incremental.keys import canonical, parts_of
 
 OP = """import triton
 import triton.language as tl
@@ -155,11 +156,14 @@ def test_the_key_holds_how_each_path_is_shown_and_the_context():
     """ptxas is given the shown paths, the line table shows them: another showing is another key. Options, target
     and toolchain are the context; a set in them is sorted (its order follows each process's string hashing)."""
     ttir = '#loc = loc("/p/k.py":3:1)\nmodule {\n} loc(#loc)\n'
-    plain = BackendReuse(store=None, context={"options": {}}, path_of=lambda p: p.rsplit("/", 1)[-1], lookup=False)
-    other = BackendReuse(store=None, context={"options": {}}, path_of=lambda p: p.lstrip("/"), lookup=False)
+    base = {name: None for name in parts_of("backend") - {"ttir", "shown_paths"}}
+    plain = BackendReuse(store=None, context={**base, "options": {}}, path_of=lambda p: p.rsplit("/", 1)[-1],
+                         lookup=False)
+    other = BackendReuse(store=None, context={**base, "options": {}}, path_of=lambda p: p.lstrip("/"), lookup=False)
     assert plain.key_of(ttir) == plain.key_of(ttir) != other.key_of(ttir)
     assert plain.key_of(ttir) != plain.key_of(ttir.replace(":3:1", ":4:1"))
-    more = BackendReuse(store=None, context={"options": {"num_warps": 8}}, path_of=plain.path_of, lookup=False)
+    more = BackendReuse(store=None, context={**base, "options": {"num_warps": 8}}, path_of=plain.path_of,
+                        lookup=False)
     assert more.key_of(ttir) != plain.key_of(ttir)
     assert canonical({"options": {"fp8": frozenset({"fp8e5", "fp8e4nv", "fp8e4b15"}), "t": (1, 2)}}) == \
         {"options": {"fp8": ["fp8e4b15", "fp8e4nv", "fp8e5"], "t": [1, 2]}}
@@ -176,7 +180,7 @@ def test_a_back_end_patched_from_outside_triton_is_not_reused(monkeypatch):
     from triton.backends.amd.compiler import HIPBackend
     from triton.backends.compiler import GPUTarget
 
-    from xisa.compile import front_end_pristine
+    from xisa.compile.incremental import front_end_pristine
 
     monkeypatch.setattr(front_end_pristine, "_PRISTINE", [])   # this test's own look at Triton, not the process's
 
@@ -200,7 +204,7 @@ def test_a_corrupt_back_end_entry_is_a_miss(tmp_path, corrupt):
         if corrupt == "truncated":
             entry.write_text(text[: len(text) // 2])
         else:   # a forged stream with its digest made right: the fingerprint no longer matches the stream
-            from xisa.compile.cache import EntryStore
+            from xisa.compile.incremental.cache import EntryStore
 
             store = EntryStore(entry.parent.parent)
             data = store.read(entry.stem)

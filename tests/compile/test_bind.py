@@ -9,7 +9,7 @@ import triton.language as tl
 from triton.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
 
-from xisa.compile.standins import StandInTensor, make_standin
+from xisa.compile.launch.standins import StandInTensor, make_standin
 from xisa.errors import SpecError
 
 
@@ -154,7 +154,7 @@ def _package_project(root, *, scale="2.0", init=""):
 
 
 def _load(root, spec_file):
-    from xisa.compile.loader import load_kernel_function
+    from xisa.compile.launch.loader import load_kernel_function
     from xisa.spec.cases import load_spec
 
     spec = load_spec(root / spec_file)
@@ -168,7 +168,7 @@ def _package_modules() -> dict:
 
 
 def test_a_source_in_a_package_imports_its_helpers_relatively(tmp_path):
-    from xisa.compile.loader import kernel_dependencies
+    from xisa.compile.launch.loader import kernel_dependencies
 
     root = _package_project(tmp_path / "proj")
     before = _package_modules()
@@ -188,7 +188,7 @@ def test_two_projects_with_a_kernels_package_each_get_their_own_helper(tmp_path,
     import importlib
     import sys
 
-    from xisa.compile.loader import kernel_dependencies
+    from xisa.compile.launch.loader import kernel_dependencies
 
     users = _package_project(tmp_path / "users", scale="5.0")
     monkeypatch.syspath_prepend(str(users))

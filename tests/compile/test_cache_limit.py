@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from support import compile_here, git, one_case_spec, write_files
-from xisa.compile.cache import EntryStore, read_entry
-from xisa.compile.cache_limit import LOW_WATER, RunCounts, cache_info, trim_cache
+from xisa.compile.incremental.cache import EntryStore, read_entry
+from xisa.compile.incremental.cache_limit import LOW_WATER, RunCounts, cache_info, trim_cache
 from xisa.errors import SpecError
 from xisa.spec.project import DEFAULT_CACHE_SIZE, load_project
 
@@ -145,7 +145,7 @@ def test_a_bad_limit_is_one_line_naming_the_field(tmp_path, monkeypatch, value):
 
 
 def test_the_run_counts_say_where_each_cell_came_from():
-    from xisa.compile.result import CellResult
+    from xisa.compile.worker.result import CellResult
 
     def result(**fields):
         return CellResult(kernel="k", case="c", target="gfx942", status=fields.pop("status", "ok"), **fields)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from support import FIXTURES, one_case_spec, write_files
-from xisa.compile.cache import EntryStore, ResultCache, triton_cache_class, write_private
-from xisa.compile.result import CellResult
+from xisa.compile.incremental.cache import EntryStore, ResultCache, triton_cache_class, write_private
+from xisa.compile.worker.result import CellResult
 
 HELPER = """import triton
 

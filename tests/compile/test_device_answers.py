@@ -145,7 +145,7 @@ def test_one_run_gives_each_target_its_own_answers_at_import_and_in_heuristics(l
 
 def test_the_answers_are_the_target_files_and_derive_from_the_occupancy_tables():
     from xisa.api import open_workspace
-    from xisa.compile.device_answers import DeviceAnswers
+    from xisa.compile.gpu.device_answers import DeviceAnswers
 
     targets = open_workspace(cwd=REPO).targets
     properties = {name: DeviceAnswers(t).triton_properties(0) for name, t in targets.items()}
@@ -183,8 +183,8 @@ def test_torch_cuda_is_answered_during_a_load_only_and_gpu_work_is_refused():
     import torch
 
     from xisa.api import open_workspace
-    from xisa.compile.device_answers import UnansweredDeviceQuery
-    from xisa.compile.target_driver import target_driver
+    from xisa.compile.gpu.device_answers import UnansweredDeviceQuery
+    from xisa.compile.gpu.target_driver import target_driver
     from xisa.errors import TargetError
 
     target = open_workspace(cwd=REPO).targets["gfx942"]
@@ -212,7 +212,7 @@ def test_torch_cuda_is_answered_during_a_load_only_and_gpu_work_is_refused():
 
 def test_the_cache_key_covers_the_device_facts():
     from xisa.api import Selection, open_workspace
-    from xisa.compile.cache import cell_key
+    from xisa.compile.incremental.keys import result_key as cell_key
 
     ws = open_workspace(cwd=REPO)
     cell = next(c for c in Selection().cells(ws)[1] if c.target.name == "sm_90")
@@ -246,7 +246,7 @@ def test_a_wrong_device_fact_is_one_line_naming_it(edit, field, message):
 
 def test_capture_answers_as_a_target_for_the_whole_process(tmp_path):
     """`XISA_CAPTURE_AS=sm_86`: a program run under capture on a machine with no GPU sees an RTX 3090."""
-    program = ("from xisa.compile.target_driver import answer_device_queries\n"
+    program = ("from xisa.compile.gpu.target_driver import answer_device_queries\n"
                f"answer_device_queries('sm_86', [__import__('pathlib').Path({str(REPO / 'targets')!r})])\n"
                "import torch, triton\n"
                "print(torch.cuda.get_device_name(), torch.cuda.get_device_capability(),\n"
@@ -299,7 +299,7 @@ def test_an_fla_kernel_autotunes_over_the_configs_of_the_targets_shared_memory(t
     GPU with over 100 KiB per block (an H100 or H200), 16 and 32 below it (an RTX 3090's 99 KiB)."""
     pytest.importorskip("fla.ops")
     from xisa.api import open_workspace
-    from xisa.compile.loader import load_kernel_object, unwrap_kernel
+    from xisa.compile.launch.loader import load_kernel_object, unwrap_kernel
 
     spec_text = ("name: o\nmodule: fla.ops.generalized_delta_rule.dplr.chunk_o_fwd\nfunction: chunk_dplr_fwd_kernel_o\n"
                  "targets: [sm_90, sm_86]\ncases:\n  - name: c\n    args: {qg: {tensor: bf16, shape: [1]}}\n")

@@ -1,6 +1,6 @@
 """Every variable the installed Triton reads is refused, pinned or known harmless (issue 11, items 5 and 13).
 
-The tables live in `xisa/compile/toolchain.py`; these tests walk the installed Triton, so a Triton upgrade
+The tables live in `xisa/compile/worker/toolchain.py`; these tests walk the installed Triton, so a Triton upgrade
 that adds a knob fails here until the knob is classified.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import xisa.cli
-from xisa.compile import toolchain
+from xisa.compile.worker import toolchain
 from xisa.errors import ToolchainError
-from xisa.compile.toolchain import (HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, check_environment, classified,
+from xisa.compile.worker.toolchain import (HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, check_environment, classified,
                             triton_knob_variables)
 
 
@@ -73,7 +73,7 @@ def test_refused_variables_need_no_triton_import():
                  "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH"):
         with pytest.raises(ToolchainError, match=f"fix: unset {name}"):
             check_environment({name: "/tmp/x"})
-    code = ("import sys; from xisa.compile.toolchain import check_environment; check_environment({}); "
+    code = ("import sys; from xisa.compile.worker.toolchain import check_environment; check_environment({}); "
             "print('triton' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
@@ -210,11 +210,14 @@ def test_every_pinned_variable_set_when_xisa_starts_leaves_the_compile_pinned(ru
 
 _OPTION_DEFAULTS = """
 import json, os, sys
-from xisa.compile import runner, toolchain
+from xisa.compile import runner
+from xisa.compile.worker import toolchain
 import triton                                    # imported under the user's environment, as xisa does
 from triton.backends.compiler import GPUTarget
 toolchain.apply_pinned_env(__import__("pathlib").Path(sys.argv[1]))
-runner.prepare_worker_toolchain()
+from xisa.compile.worker.config import WorkerConfig
+runner.prepare_worker_toolchain(WorkerConfig(cells=(), roots=(), keep_stages=False, parent_pid=os.getpid(),
+                                             triton_fallback="", cache_dir=None, lookup=True))
 from triton.compiler.compiler import make_backend
 out = {}
 for target in (GPUTarget("cuda", 90, 32), GPUTarget("cuda", 100, 32), GPUTarget("hip", "gfx942", 64)):

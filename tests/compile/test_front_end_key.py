@@ -1,7 +1,7 @@
 """A cell skips Triton's front end only when everything the front end reads is as it was (issue 24, item 1).
 
 After an edit elsewhere in a package whose `__init__` imports every op, each cell is loaded again; its front end is
-skipped when the record of what it reads (`xisa.compile.front_end_key`) was seen before. Each test below changes one
+skipped when the record of what it reads (`xisa.compile.incremental.front_end_key`) was seen before. Each test below changes one
 thing the front end reads that Triton's own key (`JITFunction.cache_key`) leaves out, or one the record refuses to
 vouch for, and asserts the cell's code is then that of a compile with no cache at all. The first test shows the
 skip happens at all, so the others are not green by never skipping.
@@ -174,7 +174,7 @@ def test_the_front_end_check_sees_a_patch_made_after_it_vouched(monkeypatch):
     that vouched, must each be seen."""
     from triton.compiler import code_generator
 
-    from xisa.compile.front_end_pristine import front_end_is_pristine as _front_end_is_tritons
+    from xisa.compile.incremental.front_end_pristine import front_end_is_pristine as _front_end_is_tritons
 
     generator = code_generator.CodeGenerator
     assert _front_end_is_tritons()
@@ -354,7 +354,7 @@ def test_two_pointer_types_that_differ_only_in_address_space_are_recorded_apart(
     so this is checked on the record itself): every field of a Triton dtype is recorded."""
     import triton.language as tl
 
-    from xisa.compile.front_end_key import _Walk
+    from xisa.compile.incremental.front_end_key import _Walk
 
     global_space, shared_space = tl.pointer_type(tl.float32, 1), tl.pointer_type(tl.float32, 3)
     assert str(global_space) == str(shared_space)
@@ -369,8 +369,8 @@ def test_a_compile_that_copies_a_constexpr_leaves_the_front_end_pristine(monkeyp
 
     import triton.language as tl
 
-    from xisa.compile import front_end_pristine
-    from xisa.compile.front_end_pristine import front_end_is_pristine
+    from xisa.compile.incremental import front_end_pristine
+    from xisa.compile.incremental.front_end_pristine import front_end_is_pristine
 
     monkeypatch.delattr(tl.constexpr, "__slotnames__", raising=False)   # as a fresh worker finds it
     monkeypatch.setattr(front_end_pristine, "_PRISTINE", [])

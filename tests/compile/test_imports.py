@@ -48,7 +48,7 @@ def _compile(root: Path, cache: Path, *, use_cache: bool = True) -> dict[str, tu
 def _load(root: Path, cwd: Path, target_name: str | None = None):
     """The kernel function of the project's only spec, loaded with `cwd` as the working folder."""
     from xisa.api import open_workspace
-    from xisa.compile.loader import load_kernel_function
+    from xisa.compile.launch.loader import load_kernel_function
 
     saved = os.getcwd()
     os.chdir(cwd)
@@ -129,8 +129,8 @@ def _installed_project(root: Path, **settings) -> Path:
 
 
 def test_an_installed_kernel_package_loads_and_its_files_are_dependencies(installed, tmp_path):
-    from xisa.compile.loader import kernel_dependencies
-    from xisa.compile.reads import in_environment
+    from xisa.compile.launch.loader import kernel_dependencies
+    from xisa.compile.incremental.reads import in_environment
 
     root = _installed_project(tmp_path / "proj")
     spec, fn = _load(root, root)
@@ -210,7 +210,7 @@ def gpu_project(tmp_path) -> Path:
 
 def _load_for(root: Path, kernel: str, target: str):
     from xisa.api import open_workspace
-    from xisa.compile.loader import load_kernel_function
+    from xisa.compile.launch.loader import load_kernel_function
 
     ws = open_workspace(cwd=root)
     spec = next(s for s in ws.specs if s.name == kernel)
@@ -257,7 +257,7 @@ def test_torch_cuda_at_import_is_answered_from_the_target_file_without_a_hook(gp
 def test_an_import_hook_answers_torch_cuda_for_the_target_and_is_undone(gpu_project, tmp_path, monkeypatch):
     import torch
 
-    from xisa.compile.state import WORKER
+    from xisa.compile.worker.state import WORKER
 
     (gpu_project / "pyproject.toml").write_text(_pyproject(import_hooks=["tests/xisa_stubs.py"]))
     sms = {name: _load_for(gpu_project, "props", name).fn.__globals__["NUM_SMS"] for name in ("gfx942", "sm_90")}
@@ -287,7 +287,7 @@ def test_while_a_cell_binds_and_compiles_the_current_target_is_the_cells(gpu_pro
     from triton.runtime.driver import driver
 
     from xisa.api import open_workspace
-    from xisa.compile.reads import compiling
+    from xisa.compile.incremental.reads import compiling
 
     ws = open_workspace(cwd=gpu_project)
     spec = next(s for s in ws.specs if s.name == "fp8")

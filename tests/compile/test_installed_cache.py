@@ -117,7 +117,7 @@ def test_installing_a_package_nothing_imports_keeps_the_cache_warm(site, tmp_pat
 
 
 def test_the_depfile_names_the_helpers_record_and_files_not_the_toolchains(site, tmp_path):
-    from xisa.compile.installed import installed_dependencies, toolchain_distributions
+    from xisa.compile.incremental.installed import installed_dependencies, toolchain_distributions
 
     root, cache = _project(tmp_path / "proj"), tmp_path / "cache"
     _compile(root, cache)
@@ -135,7 +135,7 @@ def test_the_held_modules_are_seen_again_when_one_is_replaced_added_or_moved():
     the same names: a module put in another's place (same name, same count) must be a different holding."""
     import types
 
-    from xisa.compile.installed import HeldObjects
+    from xisa.compile.incremental.installed import HeldObjects
 
     first, second = types.ModuleType("a"), types.ModuleType("b")
     modules = {"a": first, "b": second}
@@ -150,7 +150,7 @@ def test_the_held_modules_are_seen_again_when_one_is_replaced_added_or_moved():
 def test_installed_dependencies_names_a_module_imported_after_the_last_answer(site, tmp_path):
     import sys
 
-    from xisa.compile.installed import installed_dependencies
+    from xisa.compile.incremental.installed import installed_dependencies
 
     install(site, "laterhelper", {"laterhelper/__init__.py": "VALUE = 1\n"})
     before = installed_dependencies()
@@ -171,7 +171,7 @@ def test_each_folder_of_sys_path_is_read_for_distributions_once(tmp_path, monkey
     process now, with the same answer: the first distribution on the path owns a name."""
     from importlib import metadata
 
-    from xisa.compile import installed
+    from xisa.compile.incremental import installed
 
     first, second, third = (tmp_path / name for name in ("first", "second", "third"))
     install(first, "fakehelper", helper(), version="1.0")

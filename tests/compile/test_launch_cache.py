@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from xisa.compile.launch_cache import default_launch_environ, launch_key, relocate_group
-from xisa.compile.toolchain import PINNED_ENV, REFUSED_ENV
+from xisa.compile.export.launch_cache import default_launch_environ, launch_key, relocate_group
+from xisa.compile.worker.toolchain import PINNED_ENV, REFUSED_ENV
 
 
 def _knob_descriptors():

@@ -7,7 +7,7 @@ import pytest
 
 from xisa.analyze.backends import AMD
 from xisa.analyze.loops import find_loops
-from xisa.compile import mca
+from xisa.compile.tools import mca
 from xisa.render.doctor import render_doctor_text
 
 # llvm-mca 22's summary view, as it prints it (the figures are this sample's own).

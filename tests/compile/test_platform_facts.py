@@ -50,7 +50,7 @@ def _project(root: Path, imports: str, targets=TARGETS) -> Path:
 @pytest.fixture
 def fresh_worker(monkeypatch):
     """This process's loads forgotten before and after (compile workers fork from it)."""
-    from xisa.compile.state import WORKER
+    from xisa.compile.worker.state import WORKER
 
     monkeypatch.setattr(WORKER, "loaded", {})
     yield WORKER
@@ -58,7 +58,7 @@ def fresh_worker(monkeypatch):
 
 def _load_for(root: Path, target: str):
     from xisa.api import open_workspace
-    from xisa.compile.loader import load_kernel_function
+    from xisa.compile.launch.loader import load_kernel_function
 
     ws = open_workspace(cwd=root)
     spec = next(s for s in ws.specs if s.name == "vendor")

@@ -114,7 +114,7 @@ def test_a_module_an_import_hooks_loader_rewrites_is_compiled_from_what_it_rewri
 
 def test_the_case_s_recorded_heuristics_are_in_the_key(tmp_path):
     from xisa.api import Selection, open_workspace
-    from xisa.compile.cache import cell_key
+    from xisa.compile.incremental.keys import result_key as cell_key
 
     root = _project(tmp_path / "proj", "S = 2.0\n")
     ws = open_workspace(cwd=root)
@@ -128,7 +128,7 @@ def test_the_case_s_recorded_heuristics_are_in_the_key(tmp_path):
 def test_the_interpreter_s_optimization_level_is_in_the_key(tmp_path):
     """`python -O` drops asserts and sets `__debug__` false: a module that reads it compiles otherwise."""
     root = _project(tmp_path / "proj", "S = 2.0 if __debug__ else 3.0\n")
-    script = ("import sys; from xisa.api import Selection, open_workspace; from xisa.compile.cache import cell_key\n"
+    script = ("import sys; from xisa.api import Selection, open_workspace; from xisa.compile.incremental.keys import result_key as cell_key\n"
               "from pathlib import Path\n"
               f"ws = open_workspace(cwd=Path({str(root)!r})); cells = Selection().cells(ws)[1]\n"
               "print(cell_key(cells[0], tuple(ws.project.kernel_roots)))\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from xisa.analyze.model import Analysis
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 
 
 def _result(locs: list[str]) -> CellResult:

@@ -74,7 +74,7 @@ def test_a_function_block_found_again_comes_from_the_lines_alone(tmp_path):
     in the cache folder), other lines get their own, and a caller that changes the list it got changes nothing."""
     import inspect
 
-    from xisa.compile.load_store import LoadStore
+    from xisa.compile.incremental.load_store import LoadStore
 
     calls = []
 
@@ -102,7 +102,7 @@ def test_a_module_compiled_before_comes_from_its_text_alone(tmp_path):
     """A module's code object is kept by its path and source bytes: a later process gets the same code without
     compiling; an edit (same size, so an mtime-and-size check could not see it), another path or a corrupt entry
     compiles anew."""
-    from xisa.compile.load_store import LoadStore
+    from xisa.compile.incremental.load_store import LoadStore
 
     compiled = []
 

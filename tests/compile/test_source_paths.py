@@ -79,7 +79,7 @@ def test_the_names_ptxas_read_lead_back_to_their_files_also_without_a_ptxas_run(
     """The SASS's line information holds the names ptxas was given (`fakelib/ops.py`, folder and name joined):
     the line texts are read from the files they stand for, learnt from the PTX's own `.file` paths (a compile
     Triton answered from its cache runs no ptxas), whatever the working folder."""
-    from xisa.compile.ptxas import ptx_file_paths
+    from xisa.compile.tools.ptxas import ptx_file_paths
 
     project = tmp_path / "proj"
     _package(project / "vendor")

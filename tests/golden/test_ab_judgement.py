@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from xisa.analyze.model import Analysis
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.ab import Side, judge_ab, largest_resource_changes, target_summaries
 from xisa.golden.report_json import ab_payload, report_text
 from xisa.golden.store import GoldenSet, golden_paths, render_golden, write_golden

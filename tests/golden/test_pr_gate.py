@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from support import git
-from xisa.compile.toolchain import describe_toolchain
+from xisa.compile.worker.toolchain import describe_toolchain
 
 KERNEL = '''import triton
 import triton.language as tl

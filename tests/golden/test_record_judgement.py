@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.bless import bless
 from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import build_report

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from xisa.analyze.model import Analysis
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.ab import AbReport, Side
 from xisa.golden.report_json import ab_payload, check_payload, report_payload
 from xisa.golden.record import Golden

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from xisa.compile.standins import constexpr_value  # noqa: E402
+from xisa.compile.launch.standins import constexpr_value  # noqa: E402
 from xisa.device.launch import RuntimeCase  # noqa: E402
 from xisa.spec.cases import load_spec, resolve_cell  # noqa: E402
 from xisa.spec.targets import load_targets  # noqa: E402

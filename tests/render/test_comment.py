@@ -11,7 +11,7 @@ import pytest
 
 import xisa.cli
 from xisa.analyze.model import Analysis
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.record import Golden
 from xisa.golden.verdict import CHANGED, ERROR, SAME, CellVerdict, CheckReport, compute_delta
 from xisa.render.comment import MARKDOWN_MAX_CHARS, MIN_CHARS, bounded_markdown

@@ -18,7 +18,7 @@ from xisa.analyze.model import Analysis
 from xisa.golden.record import Golden
 from xisa.analyze.streamdiff import abstract_registers, stream_diff
 from xisa.render.html import render_html, write_html
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.verdict import CHANGED, SAME, CellVerdict, CheckReport, compute_delta
 
 

@@ -6,7 +6,7 @@ from io import StringIO
 
 from rich.console import Console
 
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.verdict import SAME, CellVerdict, CheckReport
 from xisa.render.resolved import resolution_lines
 from xisa.render.review import render_check_text

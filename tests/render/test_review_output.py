@@ -17,7 +17,7 @@ from xisa.golden.record import Golden
 from xisa.render.compiled import render_compile_table
 from xisa.render.formats import cells_phrase, error_block, grouped_by_message
 from xisa.render.review import accept_commands, render_check_text, render_markdown, summary_line
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, compute_delta
 
 

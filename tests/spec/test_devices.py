@@ -57,8 +57,8 @@ def test_a_device_target_is_its_arch_with_its_own_device_facts():
 def test_every_amd_target_answers_name_and_gcn_arch_name(name):
     import torch
 
-    from xisa.compile.device_answers import DeviceAnswers
-    from xisa.compile.target_driver import target_driver
+    from xisa.compile.gpu.device_answers import DeviceAnswers
+    from xisa.compile.gpu.target_driver import target_driver
 
     target = KNOWN[name]
     props = DeviceAnswers(target).torch_properties(0)
@@ -78,14 +78,14 @@ def test_every_amd_target_answers_name_and_gcn_arch_name(name):
 
 @pytest.mark.parametrize("name", [n for n in AMD if n in ARCH_FILES])
 def test_every_amd_arch_target_answers_the_l2_flag_gems_reads(name):
-    from xisa.compile.device_answers import DeviceAnswers
+    from xisa.compile.gpu.device_answers import DeviceAnswers
 
     props = DeviceAnswers(KNOWN[name]).torch_properties(0)
     assert hasattr(props, "L2_cache_size") and props.L2_cache_size >= 2 * 1024 * 1024   # FlagGems' get_device_info
 
 
 def test_a_device_fact_no_source_states_is_refused_not_taken_from_the_arch():
-    from xisa.compile.device_answers import DeviceAnswers
+    from xisa.compile.gpu.device_answers import DeviceAnswers
 
     with pytest.raises(BaseException, match="gfx942-mi308x.yaml: device.l2_cache_size: .*AMD Instinct MI308X"):
         hasattr(DeviceAnswers(KNOWN["gfx942-mi308x"]).torch_properties(0), "L2_cache_size")
@@ -93,7 +93,7 @@ def test_a_device_fact_no_source_states_is_refused_not_taken_from_the_arch():
 
 @pytest.mark.parametrize("name", sorted(n for n, t in KNOWN.items() if t.backend == "cuda"))
 def test_every_nvidia_target_answers_the_opt_in_shared_memory_per_block(name):
-    from xisa.compile.device_answers import DeviceAnswers
+    from xisa.compile.gpu.device_answers import DeviceAnswers
 
     target = KNOWN[name]
     assert DeviceAnswers(target).torch_properties(0).shared_memory_per_block_optin == target.occupancy["smem_per_block"]

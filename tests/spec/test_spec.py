@@ -237,7 +237,7 @@ def test_a_cell_key_is_written_kernel_case_at_target_and_parsed_back():
 
 
 def test_cells_and_results_spell_their_id_through_the_cell_key(tmp_path, targets):
-    from xisa.compile.result import CellResult
+    from xisa.compile.worker.result import CellResult
 
     cell = build_cells([load_spec(write(tmp_path, BASE))], select_targets(targets, ["gfx942"]))[0]
     result = CellResult(kernel=cell.kernel.name, case=cell.case, target=cell.target.name, status="ok")

@@ -6,7 +6,7 @@ through `backend(name)` (Triton's backend name, `hip` or `cuda`) or `backend_of_
 `sass`, as analyses and goldens name it), never an `if` on a name.
 
 Pure data and pure functions: nothing here runs a tool, writes a file or imports Triton. What the
-tools print (cuobjdump's resource usage) is handed in by `xisa.compile.disassemble`.
+tools print (cuobjdump's resource usage) is handed in by `xisa.compile.tools.disassemble`.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Backend:
     assembly_tool: tuple[str, ...] | None
     tools: tuple[str, ...]          # the programs its compiles and analysis run (`xisa doctor` looks for them)
     # Whether its assembler must get the same input and the same addresses to give the same output
-    # (`xisa.compile.ptxas`): ptxas-blackwell's register allocation follows heap addresses and the lengths of
+    # (`xisa.compile.tools.ptxas`): ptxas-blackwell's register allocation follows heap addresses and the lengths of
     # the paths it holds, so it runs with address randomization off, relative paths and fixed file names.
     canonical_tool_inputs: bool
     base_mnemonic: Callable[[str], str]        # `v_add_f32_e32` -> `v_add_f32`, `HMMA.16816.F32` -> `HMMA`
@@ -97,7 +97,7 @@ class Backend:
     flow: Callable[[Instruction], str]
     scratch_access: Callable[[Instruction], str | None]
     stream_from_text: Callable[[str], Stream]
-    # llvm-mca's `-mtriple` for a static estimate of a loop (`xisa.compile.mca`); None: no LLVM model.
+    # llvm-mca's `-mtriple` for a static estimate of a loop (`xisa.compile.tools.mca`); None: no LLVM model.
     mca_triple: str | None
     _analyze: Callable[..., Analysis] = field(repr=False)
     _launch_excess: Callable[..., list[Excess]] = field(repr=False)

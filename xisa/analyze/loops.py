@@ -16,7 +16,7 @@ The same stream read back from a golden's text (`Backend.stream_from_text`) give
 a check compares loops without a golden format change. Source locations are not in the text: the
 loop's `loc` comes from the compile's side table (`Analysis.locs`), "" where unknown.
 
-Pure: nothing here runs a tool (llvm-mca lives in `xisa.compile.mca`).
+Pure: nothing here runs a tool (llvm-mca lives in `xisa.compile.tools.mca`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ by the block they start, so neither nvdisasm's label numbering nor the spelling 
 fingerprint; trailing `NOP` padding (the function is padded to 128 bytes) is dropped. The three
 spellings of one cubin give the same stream and the same sha256.
 
-Pure: text in, analysis out. Running nvdisasm and cuobjdump on a cubin is `xisa.compile.disassemble`'s.
+Pure: text in, analysis out. Running nvdisasm and cuobjdump on a cubin is `xisa.compile.tools.disassemble`'s.
 """
 
 from __future__ import annotations

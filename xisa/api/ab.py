@@ -12,9 +12,9 @@ from xisa.api.run import Progress, compile_cells, no_progress
 from xisa.api.selection import Selection
 from xisa.api.side import SideProcess
 from xisa.api.workspace import keeps_cache_bounded
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.compile.runner import RunOptions
-from xisa.compile.toolchain import check_knobs_read
+from xisa.compile.worker.toolchain import check_knobs_read
 from xisa.errors import ToolchainError, UsageError
 from xisa.golden.store import GoldenSet, recorded_toolchain
 from xisa.names import display_path

@@ -5,7 +5,7 @@ a `module:` spec names, and Triton's, torch's and xisa's versions. A CI workflow
 `hashFiles('kernels/**')` misses a `src/` layout and helper modules elsewhere).
 
 It decides only when the CI cache is saved anew, never a verdict: every result in xisa's cache is keyed and
-checked on its own (`xisa.compile.cache`), so a stale CI cache costs compiles, not correctness.
+checked on its own (`xisa.compile.incremental.cache`), so a stale CI cache costs compiles, not correctness.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def capture(command: list[str], *, out: Path = Path("captured"), spec_names: lis
     the program runs once per target, and the launches are merged (`xisa.spec.capture_targets`)."""
     from xisa.api.capture_specs import without_interpreter, write_captured
     from xisa.api.run import no_progress
-    from xisa.compile.standins import DTYPES
+    from xisa.compile.launch.standins import DTYPES
     from xisa.spec.capture import group_launches
     from xisa.spec.capture_targets import merge_targets
     from xisa.spec.portable import portable_command

@@ -179,7 +179,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
     """Each new case compiled once for the chosen targets (default: all): what each target said."""
     from xisa.api.run import compile_cells
     from xisa.api.workspace import Workspace
-    from xisa.compile.config_all import config_lister
+    from xisa.compile.launch.config_all import config_lister
     from xisa.compile.runner import RunOptions
     from xisa.spec.cases import build_cells, case_targets, load_specs
     from xisa.spec.targets import load_targets, select_targets
@@ -294,7 +294,7 @@ def write_captured(kernels: list[CapturedKernel], sources: dict[str, str], *, ou
                    command: str, check: bool, patterns: list[str] | None, dtype_names: set[str],
                    option_backends: dict[str, set[str]], progress) -> WrittenSpecs:
     """Plan, write, compile the new cases once (unless `check` is off), and write again with what the targets said."""
-    from xisa.compile.config_all import config_lister
+    from xisa.compile.launch.config_all import config_lister
     from xisa.spec.targets import load_targets
 
     targets = load_targets(list(project.target_dirs), root=project.root)

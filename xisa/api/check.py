@@ -11,7 +11,7 @@ from xisa.api.judging import CheckOutcome, judge, outcome
 from xisa.api.run import Progress, Run, compile_selection, no_progress
 from xisa.api.selection import Selection
 from xisa.api.workspace import Workspace, keeps_cache_bounded, validate_scopes
-from xisa.compile.cache import TIMINGS
+from xisa.compile.incremental.cache import TIMINGS
 from xisa.compile.runner import RunOptions
 from xisa.errors import UsageError
 from xisa.golden.store import GoldenSet

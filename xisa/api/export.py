@@ -2,7 +2,7 @@
 
 An export judges the selection against its goldens first (the cells' verdicts go into the manifest; goldens made
 with another Triton are not judged, and the manifest says so), then compiles each cell once more as a default
-launch does (`xisa.compile.launch_cache`) in forked workers writing into a folder of the bundle, points each
+launch does (`xisa.compile.export.launch_cache`) in forked workers writing into a folder of the bundle, points each
 entry's group file at the folder a deploying machine will use (`deploy_dir`), moves the entries into place and
 writes `manifest.json` last. An interrupted export leaves no manifest, so it never looks complete.
 """
@@ -22,10 +22,10 @@ from typing import Any
 
 from xisa.api.selection import Selection
 from xisa.api.workspace import check_golden_toolchains, keeps_cache_bounded
-from xisa.compile.bundle import (KIND, MANIFEST, PARTIAL_PREFIX, SCHEMA, BundleError, bundle_problems,
+from xisa.compile.export.bundle import (KIND, MANIFEST, PARTIAL_PREFIX, SCHEMA, BundleError, bundle_problems,
                                  read_manifest, write_manifest)
 from xisa.compile.runner import RunOptions
-from xisa.compile.toolchain import (PINNED_ENV, check_environment, check_supported, check_triton_environment,
+from xisa.compile.worker.toolchain import (PINNED_ENV, check_environment, check_supported, check_triton_environment,
                                     describe_toolchain, triton_version)
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, UsageError, XisaError
 
@@ -64,7 +64,7 @@ def export(selection: Selection, *, output: Path, deploy_dir: Path | None = None
     try:
         facts, entries, errors = _compile_entries(cells, roots=list(ws.project.kernel_roots),
                                                   triton_cache=stage / "triton", jobs=options.jobs)
-        from xisa.compile.launch_cache import relocate_group
+        from xisa.compile.export.launch_cache import relocate_group
 
         for entry in {e["folder"]: e for e in entries}.values():
             group = stage / "triton" / entry["folder"] / entry["group_file"]
@@ -139,19 +139,19 @@ _ROOTS: list[Path] = []
 
 
 def _worker_start(triton_cache: str) -> None:
-    from xisa.compile.launch_cache import prepare_launch_process
+    from xisa.compile.export.launch_cache import prepare_launch_process
 
     prepare_launch_process(Path(triton_cache))
 
 
 def _worker_facts() -> dict[str, Any]:
-    from xisa.compile.launch_cache import toolchain_facts
+    from xisa.compile.export.launch_cache import toolchain_facts
 
     return toolchain_facts()
 
 
 def _worker_cell(index: int, triton_cache: str) -> dict[str, Any] | str:
-    from xisa.compile.launch_cache import export_cell
+    from xisa.compile.export.launch_cache import export_cell
 
     try:
         return export_cell(_CELLS[index], roots=_ROOTS, triton_cache=Path(triton_cache))
@@ -255,7 +255,7 @@ def verify(folder: Path) -> VerifyOutcome:
     under its key and finds its entry there. BundleError (exit 2) for a bundle that is not whole."""
     import sys
 
-    from xisa.compile.launch_cache import finds_group, launch_key
+    from xisa.compile.export.launch_cache import finds_group, launch_key
 
     folder = Path(os.path.abspath(folder))   # Triton's group names absolute paths
     manifest = read_manifest(folder)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from xisa.analyze.loops import Loop, analysis_loops
-from xisa.compile.mca import Estimate, estimate_loop
-from xisa.compile.result import CellResult
+from xisa.compile.tools.mca import Estimate, estimate_loop
+from xisa.compile.worker.result import CellResult
 from xisa.golden.verdict import CheckReport
 from xisa.spec.project import load_project
 from xisa.spec.targets import Target, load_targets
@@ -15,7 +15,7 @@ from xisa.spec.targets import Target, load_targets
 def cell_loops(results: list[CellResult], targets: dict[str, Target], *, estimate: bool = True
                ) -> dict[str, list[tuple[Loop, Estimate | str | None]]]:
     """Each compiled cell's loops (`xisa.analyze.loops`), with llvm-mca's estimate of each where asked
-    (`xisa.compile.mca`: an `Estimate`, or one line saying why there is none)."""
+    (`xisa.compile.tools.mca`: an `Estimate`, or one line saying why there is none)."""
     found: dict[str, list[tuple[Loop, Estimate | str | None]]] = {}
     for result in results:
         if not result.ok or result.analysis is None:

@@ -14,9 +14,9 @@ from typing import ContextManager
 from xisa.analyze.expect import Failure, evaluate, judge_launch
 from xisa.api.selection import Selection
 from xisa.api.workspace import Workspace, check_golden_toolchains, keeps_cache_bounded, open_workspace
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.compile.runner import RunOptions, run_cells
-from xisa.compile.toolchain import describe_toolchain
+from xisa.compile.worker.toolchain import describe_toolchain
 from xisa.spec.cases import Cell
 from xisa.spec.targets import Target
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from xisa.api.selection import Selection
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.compile.runner import RunOptions
 from xisa.errors import ToolchainError
 
@@ -42,7 +42,7 @@ def _side_pythonpath(cache_dir: Path) -> Path:
     parent = _xisa_parent()
     if parent.name not in ("site-packages", "dist-packages"):
         return parent
-    from xisa.compile.cache import check_private
+    from xisa.compile.incremental.cache import check_private
 
     folder = cache_dir / "ab-pythonpath"
     folder.mkdir(parents=True, mode=0o700, exist_ok=True)
@@ -63,7 +63,7 @@ def _side_environment(cache_dir: Path) -> dict[str, str]:
 
 def _triton_requirement() -> str:
     """The Tritons xisa supports, as pip spells a range: `triton>=3.6,<3.10`."""
-    from xisa.compile.toolchain import SUPPORTED_TRITON
+    from xisa.compile.worker.toolchain import SUPPORTED_TRITON
 
     (low_major, low_minor), (high_major, high_minor) = SUPPORTED_TRITON
     return f"triton>={low_major}.{low_minor},<{high_major}.{high_minor + 1}"
@@ -106,7 +106,7 @@ def probe_side_python(python: str, *, field: str, cache_dir: Path) -> dict[str, 
     import json
     import subprocess
 
-    from xisa.compile.toolchain import SUPPORTED_TRITON, check_supported
+    from xisa.compile.worker.toolchain import SUPPORTED_TRITON, check_supported
 
     try:
         proc = subprocess.run([python, "-c", _SIDE_PROBE], capture_output=True, text=True,

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xisa.analyze.expect import check_against_targets
-from xisa.compile.config_all import config_lister
-from xisa.compile.cache_limit import trim_cache
-from xisa.compile.toolchain import describe_toolchain
+from xisa.compile.launch.config_all import config_lister
+from xisa.compile.incremental.cache_limit import trim_cache
+from xisa.compile.worker.toolchain import describe_toolchain
 from xisa.errors import SpecError, ToolchainError
 from xisa.golden.material import MaterialStore
 from xisa.golden.store import golden_paths, read_golden_toolchain

@@ -500,13 +500,13 @@ def _install() -> None:
 
 
 # --- device answers: XISA_CAPTURE_AS=<target> answers the program's device queries (torch.cuda, Triton's driver) as
-# that target's reference product (xisa.compile.target_driver.answer_device_queries), for a capture on a machine
+# that target's reference product (xisa.compile.gpu.target_driver.answer_device_queries), for a capture on a machine
 # without its GPU; XISA_CAPTURE_TARGETS: the target folders (os.pathsep-separated), else the working folder's project.
 # Asked for explicitly, so a failure stops the program in one line instead of letting it see this machine's device.
 if os.environ.get(ANSWER_AS_VARIABLE):
     sys.path.append(os.path.dirname(os.path.dirname(_HERE)))   # xisa itself, wherever the program's Python is
     try:
-        from xisa.compile.target_driver import answer_device_queries
+        from xisa.compile.gpu.target_driver import answer_device_queries
 
         _folders = [p for p in os.environ.get(TARGET_DIRS_VARIABLE, "").split(os.pathsep) if p]
         answer_device_queries(os.environ[ANSWER_AS_VARIABLE], [__import__("pathlib").Path(p) for p in _folders] or None)

@@ -15,7 +15,7 @@ from xisa import api
 from xisa.cli.check import CountOption, Format, FormatOption, OutputOption, emit_report
 from xisa.cli.options import (ArchOption, JobsOption, KernelOption, NoCacheOption, QuietOption, SpecOption,
                               TimeoutOption, run_options, stderr)
-from xisa.compile.toolchain import parse_knobs
+from xisa.compile.worker.toolchain import parse_knobs
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, UsageError
 from xisa.fsio import write_atomic
 from xisa.golden.ab import Side, side_payload

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from xisa.api import open_workspace
 from xisa.cli.options import ArchOption, SpecOption, stdout
-from xisa.compile.cache import ResultCache
+from xisa.compile.incremental.cache import ResultCache
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 from xisa.render.formats import fitted_table, show
 from xisa.spec.cases import case_targets, choose_targets
@@ -66,7 +66,7 @@ def kernels(spec: SpecOption = None, arch: ArchOption = None,
 
 def cache_info(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """The cache: its size and limit, its entries, and where the last run's cells came from."""
-    from xisa.compile.cache_limit import cache_info as read_info
+    from xisa.compile.incremental.cache_limit import cache_info as read_info
 
     project = load_project()
     info = read_info(project.cache_dir, project.cache_limit)

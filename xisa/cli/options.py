@@ -39,7 +39,7 @@ def run_options(jobs: int, timeout: float, no_cache: bool, *, keep_stages: bool 
     """Every command that compiles builds its options here, once: so a pinned variable the environment sets
     is named here, once per command, warm or cold (`note=False`: an `xisa ab` side, whose parent names it)."""
     from xisa.compile.runner import RunOptions
-    from xisa.compile.toolchain import pinned_note
+    from xisa.compile.worker.toolchain import pinned_note
 
     line = pinned_note() if note else None
     if line:

@@ -14,15 +14,16 @@ from typing import Any
 from xisa.analyze import lines
 from xisa.analyze.model import Analysis
 from xisa.analyze.stages import stage_fingerprints
-from xisa.compile.bind import bind_cell
-from xisa.compile.loader import from_source, kernel_platform_facts, load_kernel_function
-from xisa.compile.ptxas import canonical_ptxas, ptx_file_paths
-from xisa.compile.backend_store import BackendHit, BackendStore, backend_reuse
-from xisa.compile.reads import compiling, reused_compile_reads, variables_read_binding
-from xisa.compile.standins import plain
-from xisa.compile.disassemble import kept_stages, machine_code
-from xisa.compile.result import CellResult
-from xisa.compile.toolchain import knobs_restored
+from xisa.compile.launch.bind import bind_cell
+from xisa.compile.launch.loader import from_source, kernel_platform_facts, load_kernel_function
+from xisa.compile.tools.ptxas import canonical_ptxas, ptx_file_paths
+from xisa.compile.incremental.backend_store import BackendHit, BackendStore, backend_reuse
+from xisa.compile.incremental.cache import front_end_output_to
+from xisa.compile.incremental.reads import compiling, reused_compile_reads, variables_read_binding
+from xisa.compile.launch.standins import plain
+from xisa.compile.tools.disassemble import kept_stages, machine_code
+from xisa.compile.worker.result import CellResult
+from xisa.compile.worker.toolchain import knobs_restored
 from xisa.errors import XisaError
 from xisa.spec.cases import Cell
 
@@ -59,10 +60,14 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: Ba
             result.binding = bound.signature_record()
             result.options = bound.options_record()
             result.config = bound.picked
-            with backend_reuse(store, cell, bound, sources.path_of, lookup=lookup) as reuse:
+            # The seam where the back-end store enters the compile: before the front end (inputs seen before), and
+            # at its output, which Triton's cache manager hands to `reuse.at_front_end` as Triton files it. Either
+            # raises BackendHit out of triton.compile when the store holds the back end's work.
+            with backend_reuse(store, cell, bound, sources.path_of, lookup=lookup) as reuse, \
+                    front_end_output_to(reuse.at_front_end if reuse is not None else None):
                 try:
                     if reuse is not None:
-                        reuse.before_front_end()   # raises BackendHit: inputs seen before, their output stored
+                        reuse.before_front_end()
                     compiled, reads = _triton_compile(bound, cell, sources), None
                     if reuse is not None:
                         reads = reuse.back_end_reads()
@@ -152,7 +157,7 @@ def shown(analysis: Analysis, sources: "SourceFiles") -> Analysis:
 # Metadata fields that are not what a launch reads: Triton's cache key (it holds paths), its version (a golden's
 # toolchain), the libraries' absolute paths, the target (the cell's own). Triton 3.8 also copies the codegen
 # variables it compiled under into the metadata (`AMDGCN_USE_BUFFER_OPS: 'true'`, upper-case keys) for its cache:
-# no launcher reads them, xisa pins them (`xisa.compile.toolchain`), and what they change shows in the code object.
+# no launcher reads them, xisa pins them (`xisa.compile.worker.toolchain`), and what they change shows in the code object.
 _NOT_LAUNCH_METADATA = frozenset({"hash", "triton_version", "extern_libs", "target"})
 _ENVIRONMENT_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -186,7 +191,7 @@ class SourceFiles:
     name: never an absolute path, so moving the checkout, the virtual environment or a package between
     site-packages, `vendor/` and a src layout, or another Python version, changes no table.
 
-    These names are also what ptxas reads as the PTX's file names (`xisa.compile.ptxas`): a move changes none of
+    These names are also what ptxas reads as the PTX's file names (`xisa.compile.tools.ptxas`): a move changes none of
     its input."""
 
     def __init__(self, roots, pythonpath=()):

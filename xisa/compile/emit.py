@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.fsio import write_atomic
 from xisa.spec.cases import Cell
 

@@ -15,40 +15,33 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from xisa.compile.loader import keep_loads_in, kernel_dependencies
-from xisa.compile.reads import ignore_reads_under
-from xisa.compile.backend_store import BackendStore
-from xisa.compile.cache import ResultCache, Timings, cell_key, open_cache_folder, triton_cache_class
-from xisa.compile.cache_limit import RunCounts, default_limit, trim_cache
+from xisa.compile.launch.loader import keep_loads_in, kernel_dependencies
+from xisa.compile.incremental.reads import ignore_reads_under
+from xisa.compile.incremental.backend_store import BackendStore
+from xisa.compile.incremental.cache import ResultCache, Timings, open_cache_folder, triton_cache_class
+from xisa.compile.incremental.keys import result_key
+from xisa.compile.incremental.cache_limit import RunCounts, default_limit, trim_cache
 from xisa.compile.cell import compile_cell
-from xisa.compile.front_end_pristine import remember_pristine_front_end
-from xisa.compile.installed import installed_dependencies, warm_installed
-from xisa.compile.result import CellResult
+from xisa.compile.incremental.front_end_pristine import remember_pristine_front_end
+from xisa.compile.incremental.installed import installed_dependencies
+from xisa.compile.launch.warm import import_compile_modules
+from xisa.compile.worker.result import CellResult
 from xisa.spec.cases import Cell
-from xisa.compile import toolchain
-from xisa.compile.toolchain import apply_pinned_env
+from xisa.compile.worker import toolchain
+from xisa.compile.worker.config import WorkerConfig
+from xisa.compile.worker.toolchain import apply_pinned_env
 
 # A load allocates ~a million objects (a library's modules, torch._dynamo): at Python's default (700, 10, 10) a worker
 # spent 1.5 s of a 6 s library edit check collecting; at these, 0.2 s. Peak memory: 3% higher for fla's cold check
 # (bench/incremental.py), 7% to 13% for 2,080 cells (bench/scale.py: 678 to 717 MiB a worker).
 WORKER_GC_THRESHOLDS = (50_000, 20, 100)
-# Set in the parent before forking, so workers inherit the cells without pickling them.
-_CELLS: list[Cell] = []
-_ROOTS: list[Path] = []
-_KEEP_STAGES = False
-_PARENT_PID = 0
-_TRITON_FALLBACK = ""   # where Triton's cache writes go when the cache folder cannot take them
-_CACHE_DIR: Path | None = None   # the back-end store's cache folder
-_LOOKUP = True                   # whether the back-end store answers (False: --no-cache)
 
 
 def available_cores() -> int:
@@ -70,38 +63,7 @@ class RunOptions:
     cache_limit: int | None = None   # bytes the cache folder may hold (None: XISA_CACHE_SIZE or the default)
 
 
-# torch warns on import when NumPy is not installed (xisa's install does not need it): not xisa's report.
-TORCH_WITHOUT_NUMPY = r"Failed to initialize NumPy"
-
-
-def import_compile_modules() -> None:
-    """Import what every compile needs once, in the parent, so forked workers start warm."""
-    # Triton hashes its own files for every compile's cache key (0.4 s, mostly hashing its shared library, which
-    # lets go of the interpreter lock): on another thread while torch imports here (0.2-0.3 s sooner, measured).
-    import triton  # noqa: F401
-    import triton.compiler  # noqa: F401
-    from triton.runtime.cache import triton_key
-
-    hashing = threading.Thread(target=_quietly, args=(triton_key,), daemon=True)
-    hashing.start()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=TORCH_WITHOUT_NUMPY, category=UserWarning)
-        import torch  # noqa: F401  (stand-in dtypes)
-    from triton.backends.amd import compiler as _amd  # noqa: F401
-    from triton.backends.nvidia import compiler as _nv  # noqa: F401
-
-    warm_installed()   # which distribution owns which module: once here, not per worker
-    hashing.join()     # before the workers fork: they inherit the answer
-
-
-def _quietly(function) -> None:
-    try:
-        function()
-    except Exception:
-        pass   # a worker's compile asks again and gets Triton's own error
-
-
-def _die_with_parent() -> None:
+def _die_with_parent(parent_pid: int) -> None:
     """A worker dies with xisa, even when xisa is SIGKILLed (else it waits forever on its pipe, ~300 MB),
     and leaves SIGINT/SIGTERM/SIGHUP to xisa, which stops it: the handlers it inherited would print a
     traceback here."""
@@ -113,16 +75,16 @@ def _die_with_parent() -> None:
 
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    if os.getppid() != _PARENT_PID:  # xisa died before prctl took effect
+    if os.getppid() != parent_pid:  # xisa died before prctl took effect
         os._exit(1)
 
 
-def _worker_main(conn) -> None:
-    _die_with_parent()
+def _worker_main(conn, config: WorkerConfig) -> None:
+    _die_with_parent(config.parent_pid)
     gc.set_threshold(*WORKER_GC_THRESHOLDS)
-    prepare_worker_toolchain()
+    prepare_worker_toolchain(config)
     remember_pristine_front_end()   # before any kernel's load can change Triton's front end
-    keep_loads_in(_CACHE_DIR, lookup=_LOOKUP)
+    keep_loads_in(config.cache_dir, lookup=config.lookup)
     while True:
         try:
             index = conn.recv()
@@ -130,10 +92,10 @@ def _worker_main(conn) -> None:
             return
         if index is None:
             return
-        conn.send(_compile_one(index))
+        conn.send(_compile_one(index, config))
 
 
-def prepare_worker_toolchain() -> None:
+def prepare_worker_toolchain(config: WorkerConfig) -> None:
     """Triton as a default launch sees it: knobs from the (pinned) environment only, none set in code by
     the parent process; its cache writes fall back to a temp folder when the cache folder cannot take them."""
     from triton import knobs
@@ -145,12 +107,13 @@ def prepare_worker_toolchain() -> None:
     if refresh is not None:
         refresh()
     _reimport_backend_compilers()
-    knobs.cache.manager_class = triton_cache_class(_TRITON_FALLBACK)
+    fallback = config.triton_fallback
+    knobs.cache.manager_class = triton_cache_class(fallback)
     # a compile's own output, and xisa's cache entries (what they answer for is checked by their own keys)
-    ignore_reads_under(os.environ.get("TRITON_CACHE_DIR", ""), _TRITON_FALLBACK, str(_CACHE_DIR or ""))
+    ignore_reads_under(os.environ.get("TRITON_CACHE_DIR", ""), fallback, str(config.cache_dir or ""))
     # A folder of this worker's own in the run's Triton cache, emptied after each cell: it holds one cell's stages
     # at a time, however many cells the run compiles (what outlives the cell is in the back-end store).
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ.get("TRITON_CACHE_DIR", _TRITON_FALLBACK),
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ.get("TRITON_CACHE_DIR", fallback),
                                                   f"worker-{os.getpid()}")
 
 
@@ -171,11 +134,12 @@ def _reimport_backend_compilers() -> None:
             importlib.reload(module)
 
 
-def _compile_one(index: int) -> tuple[int, CellResult, dict[str, str | None] | None]:
+def _compile_one(index: int, config: WorkerConfig) -> tuple[int, CellResult, dict[str, str | None] | None]:
     """A cell's result and its depfile: the project files its kernel's load imported, with their hashes."""
-    cell = _CELLS[index]
-    store = BackendStore(_CACHE_DIR) if _CACHE_DIR is not None else None
-    result = compile_cell(cell, roots=_ROOTS, keep_stages=_KEEP_STAGES, store=store, lookup=_LOOKUP)
+    cell = config.cells[index]
+    store = BackendStore(config.cache_dir) if config.cache_dir is not None else None
+    result = compile_cell(cell, roots=list(config.roots), keep_stages=config.keep_stages, store=store,
+                          lookup=config.lookup)
     dependencies = kernel_dependencies(cell.kernel, cell.target)
     if dependencies is not None:   # and the installed code it could use: a reinstall with other code is a miss
         dependencies = {**dependencies, **installed_dependencies()}
@@ -184,9 +148,10 @@ def _compile_one(index: int) -> tuple[int, CellResult, dict[str, str | None] | N
 
 
 class _Worker:
-    def __init__(self, ctx):
+    def __init__(self, ctx, config: WorkerConfig):
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        # fork: the config (the cells with it) is inherited with the parent's memory, not pickled
+        self.process = ctx.Process(target=_worker_main, args=(child, config), daemon=True)
         self.process.start()
         child.close()
         self.index: int | None = None
@@ -233,7 +198,7 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
     keys: list[str | None] = [None] * len(cells)
     todo: list[int] = []
     for index, cell in enumerate(cells):
-        keys[index] = cell_key(cell, tuple(roots), knobs=options.knobs)
+        keys[index] = result_key(cell, tuple(roots), knobs=options.knobs)
         if read_cache:
             hit = cache.get(keys[index])
             if hit is not None:
@@ -262,7 +227,6 @@ def run_cells(cells: list[Cell], *, roots: list[Path], cache_dir: Path, options:
 
 
 def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
-    global _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK, _PARENT_PID, _CACHE_DIR, _LOOKUP
     # Triton's cache is a fresh, empty folder for each run: what it would keep across runs the back-end store
     # keeps, bounded, under a key that holds what the compile consumed (Triton's holds the source alone).
     fresh = fallback = None
@@ -271,10 +235,10 @@ def _compile_in_pool(cells, todo, *, roots, cache_dir, options):
         fallback = _scratch_folder("xisa-triton-fallback-", cache_dir)
         apply_pinned_env(cache_dir, triton_cache=fresh, knobs=options.knobs)
         import_compile_modules()
-        _CELLS, _ROOTS, _KEEP_STAGES, _TRITON_FALLBACK = cells, list(roots), options.keep_stages, str(fallback)
-        _CACHE_DIR, _LOOKUP = cache_dir, options.use_cache
-        _PARENT_PID = os.getpid()
-        yield from _pool(cells, todo, options)
+        config = WorkerConfig(cells=tuple(cells), roots=tuple(roots), keep_stages=options.keep_stages,
+                              parent_pid=os.getpid(), triton_fallback=str(fallback), cache_dir=cache_dir,
+                              lookup=options.use_cache)
+        yield from _pool(config, todo, options)
     finally:
         for folder in (fresh, fallback):
             if folder is not None:
@@ -429,14 +393,15 @@ def _hand_out(workers: list[_Worker], pending: _Pending) -> None:
         idle[0].give(pending.next_for(idle[0]))
 
 
-def _pool(cells, todo, options):
+def _pool(config: WorkerConfig, todo, options):
+    cells = config.cells
     jobs = options.jobs or available_cores()
     jobs = max(1, min(jobs, len(todo)))
     ctx = multiprocessing.get_context("fork")
     pending = _Pending(cells, todo)
     gc.freeze()   # what the parent holds (torch, Triton) is no worker's garbage: no collection of theirs walks it
     try:
-        workers = [_Worker(ctx) for _ in range(jobs)]
+        workers = [_Worker(ctx, config) for _ in range(jobs)]
     finally:
         gc.unfreeze()   # the parent's own garbage is collected as before
     try:
@@ -465,12 +430,12 @@ def _pool(cells, todo, options):
                     yield worker.index, _failed(cells[worker.index], "crash",
                                                 f"the compiler process died (exit code {code}) compiling this cell"), None
                     worker.kill()
-                    workers[position] = _Worker(ctx)
+                    workers[position] = _Worker(ctx, config)
                 elif time.monotonic() - worker.started >= options.timeout:
                     yield worker.index, _failed(cells[worker.index], "timeout",
                                                 f"compile took longer than {options.timeout:g} s (--timeout)"), None
                     worker.kill()
-                    workers[position] = _Worker(ctx)
+                    workers[position] = _Worker(ctx, config)
     except BaseException:  # interrupted (SIGINT, SIGTERM, SIGHUP) or closed early: no compile is worth waiting for
         for worker in workers:
             worker.kill()

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xisa.compile.bind import BoundCell, bind_values
-from xisa.compile.loader import load_kernel_function
-from xisa.compile.standins import constexpr_value
+from xisa.compile.launch.bind import BoundCell, bind_values
+from xisa.compile.launch.loader import load_kernel_function
+from xisa.compile.launch.standins import constexpr_value
 from xisa.errors import XisaError
 from xisa.names import CellKey
 from xisa.spec.cases import Cell

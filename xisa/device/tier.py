@@ -13,7 +13,7 @@ from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED
 from xisa.device.launch import (RuntimeResult, diff_bindings, fresh_launch_cache, launch_binding, launch_fingerprint,
                           run_check)
 from xisa.compile.runner import RunOptions, run_cells
-from xisa.compile.toolchain import check_environment, describe_toolchain, pinned_overrides
+from xisa.compile.worker.toolchain import check_environment, describe_toolchain, pinned_overrides
 from xisa.spec.cases import Cell, matches_kernel_filter
 from xisa.spec.targets import Target
 

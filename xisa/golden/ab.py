@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.store import GoldenSet
 from xisa.golden.verdict import (CHANGED, ERROR, JSON_SCHEMA_VERSION, NEW, RESOURCE_DELTA_KEYS, SAME, UNUSED,
                                  CellVerdict, CheckReport, build_report)

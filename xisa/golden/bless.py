@@ -12,7 +12,7 @@ from xisa.golden.material import MaterialStore, lines_digest
 from xisa.golden.record import Golden
 from xisa.golden.store import (golden_lock, golden_paths, list_goldens, read_golden, recover_pending, remove_golden,
                          render_golden, write_golden)
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.names import display_path
 from xisa.golden.verdict import matches_filters
 

@@ -17,7 +17,7 @@ from typing import Any
 from xisa.analyze.expect import Failure
 from xisa.golden.store import GoldenSet
 from xisa.names import CellKey
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.verdict import CHANGED, ERROR, NEW, SAME, UNUSED, CellVerdict, CheckReport, Scope, build_report
 
 

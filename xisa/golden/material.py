@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from xisa.compile.cache import REVIEW, REVIEW_LINES, REVIEW_PARSED, REVIEW_STREAMS, check_cache_subfolder
-from xisa.compile.result import CellResult
+from xisa.compile.incremental.cache import REVIEW, REVIEW_LINES, REVIEW_PARSED, REVIEW_STREAMS, check_cache_subfolder
+from xisa.compile.worker.result import CellResult
 from xisa.fsio import write_atomic
 from xisa.yamlio import parse_yaml
 

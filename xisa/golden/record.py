@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from xisa.analyze.model import Analysis
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.errors import GoldenError
 from xisa.yamlio import parse_yaml
 

@@ -29,7 +29,7 @@ import yaml
 from xisa.errors import GoldenError, LockError
 from xisa.fsio import refuse_link, write_temp
 from xisa.names import CASE_NAME, KERNEL_NAME, TARGET_NAME, display_path, is_valid_name
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.golden.material import MaterialStore, lines_digest
 from xisa.golden.record import FORMAT, FORMAT_COMPACT, Golden, cell_fields, parse_golden
 from xisa.yamlio import dump_yaml, parse_yaml

@@ -18,7 +18,7 @@ from xisa.analyze.expect import Failure
 from xisa.analyze.lines import LineChange, line_changes, total
 from xisa.analyze.loops import LoopChange, analysis_loops, loop_changes
 from xisa.analyze.stages import StageAttribution
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 from xisa.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNTRUSTED, GoldenError, ParseError, UsageError
 from xisa.golden.record import Golden, cell_differences
 from xisa.golden.store import GoldenEntry, GoldenSet

@@ -10,8 +10,8 @@ from rich.text import Text
 
 from xisa.analyze.backends import AMD, NVIDIA, backend_of_isa
 from xisa.analyze.expect import Failure, measure
-from xisa.compile.result import CellResult
-from xisa.compile.toolchain import describe_toolchain
+from xisa.compile.worker.result import CellResult
+from xisa.compile.worker.toolchain import describe_toolchain
 from xisa.golden.verdict import JSON_SCHEMA_VERSION
 from xisa.names import CellKey
 from xisa.render.formats import NO_ANALYSIS_ISA, fitted_table, show

@@ -189,7 +189,7 @@ def render_html(report: CheckReport, *, title: str = "xisa report", exit_note: s
                 accept: list[str] | None = None, loop_estimates: dict[tuple[str, str, str], str] | None = None) -> str:
     """The page states the report's own exit code (`CheckReport.exit_code`), the one the command exits with;
     `exit_note` says what the sides are (an A/B), `accept` how to bless; `loop_estimates`: (cell id, function,
-    header) -> llvm-mca's text for a changed loop (`xisa.compile.mca`)."""
+    header) -> llvm-mca's text for a changed loop (`xisa.compile.tools.mca`)."""
     verdicts = list(report.verdicts)
     counts = report.counts()
     return "".join([

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 
 PROGRESS_SECONDS = 10.0   # at most this long without a line in a CI log (XISA_PROGRESS_SECONDS overrides)
 

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from rich.console import Console
 from rich.text import Text
 
-from xisa.compile.result import CellResult
+from xisa.compile.worker.result import CellResult
 
 
 def _shown(value: Any) -> str:

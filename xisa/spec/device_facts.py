@@ -3,7 +3,7 @@
 Libraries size configs from the device at import and in their heuristics (`torch.cuda.get_device_properties`,
 Triton's `driver.active.utils.get_device_properties`); xisa answers from these facts, the ones of the target's
 reference product (`product`), each cited under `sources:` like every other number of a target file. A fact a
-file leaves out is a query xisa refuses to answer (`xisa.compile.device_answers`), never a guess.
+file leaves out is a query xisa refuses to answer (`xisa.compile.gpu.device_answers`), never a guess.
 Facts the file already states elsewhere are not repeated here: the compute capability of an NVIDIA target is its
 `arch`, the warp size is `warp_size`, shared memory per block (opt-in) and per SM and registers per SM are the
 `occupancy` tables'.

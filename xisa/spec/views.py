@@ -1,6 +1,6 @@
 """A tensor argument as a view of a storage: the defaults a spec's `strides`, `offset` and `storage` leave out.
 
-Shared by the stand-ins that answer for a tensor (`xisa.compile.standins`) and by capture, which writes each
+Shared by the stand-ins that answer for a tensor (`xisa.compile.launch.standins`) and by capture, which writes each
 of them only where a launch's tensor differs from the default.
 """
 

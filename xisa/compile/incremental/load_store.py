@@ -16,16 +16,12 @@ for results too. `--no-cache` writes entries and reads none.
 from __future__ import annotations
 
 import base64
-import hashlib
-import importlib.util
 import marshal
-import sys
 import types
 from pathlib import Path
 
-from xisa.compile.cache import LOADS, EntryStore
-
-_INTERPRETER = f"{sys.version}|{importlib.util.MAGIC_NUMBER.hex()}|{sys.implementation.cache_tag}"
+from xisa.compile.incremental.cache import LOADS, EntryStore
+from xisa.compile.incremental.keys import load_block_key, load_code_key
 
 
 class LoadStore:
@@ -39,7 +35,7 @@ class LoadStore:
 
     def code(self, path: str, data: bytes, compile_source) -> types.CodeType:
         """`compile_source(data, path)`'s code object, compiled once per text."""
-        key = _digest("code", _INTERPRETER, str(sys.flags.optimize), path, hashlib.sha256(data).hexdigest())
+        key = load_code_key(path, data)
         code = self._codes.get(key)
         if code is None:
             code = self._read_code(key)
@@ -51,7 +47,7 @@ class LoadStore:
 
     def block_length(self, lines: list[str], getblock) -> int:
         """How many of `lines` `getblock(lines)` answers (it answers a prefix: the function's block)."""
-        key = _digest("block", _INTERPRETER, hashlib.sha256("".join(lines).encode("utf-8", "surrogatepass")).hexdigest())
+        key = load_block_key(lines)
         length = self._blocks.get(key)
         if length is None:
             length = self._read_length(key)
@@ -81,6 +77,3 @@ class LoadStore:
         if self.entries is not None:
             self.entries.write(key, body)
 
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()

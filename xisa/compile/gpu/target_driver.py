@@ -1,7 +1,7 @@
 """The GPU driver Triton sees while a kernel module loads or a cell compiles: it answers for the cell's target.
 
 `target_driver(target)` makes xisa's stand-in Triton's active driver and answers torch.cuda's device queries
-(`xisa.compile.device_answers`) for the target, and puts both back after. `answer_device_queries(name)` does the
+(`xisa.compile.gpu.device_answers`) for the target, and puts both back after. `answer_device_queries(name)` does the
 same for the rest of a process (`xisa capture` on a machine without the target's GPU, `XISA_CAPTURE_AS`).
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xisa.capture_site._xisa_capture_hook import spec_from_other_finders
-from xisa.compile.device_answers import DeviceAnswers, UnansweredDeviceQuery, current_answers, torch_answers
-from xisa.compile.platform_facts import DEVICE, GPU_TARGET
+from xisa.compile.gpu.device_answers import DeviceAnswers, UnansweredDeviceQuery, current_answers, torch_answers
+from xisa.compile.worker.platform_facts import DEVICE, GPU_TARGET
 
 
 class TargetUtils:
@@ -138,8 +138,8 @@ def _first(refused: list[UnansweredDeviceQuery]) -> UnansweredDeviceQuery | None
 
 def _remember_askers(answers: DeviceAnswers) -> None:
     """The packages that asked keep what they were told (module globals, functools.cache): every later load in
-    this process imports them anew (`xisa.compile.loader`), so no target's answers reach another's compile."""
-    from xisa.compile.state import WORKER
+    this process imports them anew (`xisa.compile.launch.loader`), so no target's answers reach another's compile."""
+    from xisa.compile.worker.state import WORKER
 
     WORKER.learn_device_packages(answers.askers)
 

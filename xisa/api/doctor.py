@@ -14,9 +14,9 @@ from typing import Any
 
 from xisa.analyze.backends import AMD, BACKENDS
 from xisa.errors import EXIT_OK, EXIT_UNTRUSTED, XisaError
-from xisa.compile.mca import doctor_facts
+from xisa.compile.tools.mca import doctor_facts
 from xisa.golden.store import scan_golden_toolchains
-from xisa.compile.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON,
+from xisa.compile.worker.toolchain import (GOLDEN_TRITON, HARMLESS_ENV, PINNED_ENV, REFUSED_ENV, SUPPORTED_TRITON,
                             amd_codegen_revision, parse_version, pinned_overrides, ptxas_version, refused_variables,
                             unclassified_variables, wheel_tool)
 
@@ -180,7 +180,7 @@ def diagnose(*, cwd: Path | None = None, environ: dict[str, str] | None = None, 
     project_info, targets, goldens = _project(cwd, warnings)
     _judge_goldens(goldens, {"triton": version, "amd_codegen": codegen, "ptxas": ptxas}, problems, warnings)
 
-    # Optional: llvm-mca's loop estimates (`xisa.compile.mca`); its absence is said, never a problem.
+    # Optional: llvm-mca's loop estimates (`xisa.compile.tools.mca`); its absence is said, never a problem.
     modelled = {name: t for name, t in targets.items() if t.handler.mca_triple}
     llvm_mca = doctor_facts({n: t.handler.mca_triple for n, t in modelled.items()},
                             {n: str(t.arch) for n, t in modelled.items()})

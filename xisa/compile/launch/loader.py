@@ -18,14 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from xisa.compile.installed import is_toolchain_module
-from xisa.compile.load_store import LoadStore
-from xisa.compile.reads import (ENVIRONMENT_ENTRY, ENVIRONMENT_PACKAGES, dependency_files, file_sha256, hook_reads,
+from xisa.compile.incremental.installed import is_toolchain_module
+from xisa.compile.incremental.load_store import LoadStore
+from xisa.compile.incremental.reads import (ENVIRONMENT_ENTRY, dependency_files, file_sha256, hook_reads,
                                 is_project_module, package_folders, variable_digest, watched_environment)
-from xisa.compile.platform_facts import DEVICE
-from xisa.compile.state import PREFIX_MARK, WORKER, LoadedModule
-from xisa.compile.target_driver import LoadTargetDriver, target_driver
-from xisa.compile.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, knob_settings, toolchain_variable
+from xisa.compile.worker.platform_facts import DEVICE, ENVIRONMENT_PACKAGES
+from xisa.compile.worker.state import PREFIX_MARK, WORKER, LoadedModule
+from xisa.compile.gpu.target_driver import LoadTargetDriver, target_driver
+from xisa.compile.worker.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, knob_settings, toolchain_variable
 from xisa.errors import SpecError
 from xisa.spec.cases import KernelSpec
 

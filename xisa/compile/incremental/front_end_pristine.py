@@ -23,7 +23,7 @@ import sys
 import types
 from typing import Any
 
-from xisa.compile.installed import HeldObjects, is_toolchain_file, is_toolchain_module
+from xisa.compile.incremental.installed import HeldObjects, is_toolchain_file, is_toolchain_module
 
 _PACKAGES = ("triton.language", "triton.compiler", "triton._C")   # _C: the IR builder's methods, which a library
                                                                   # could swap (`ir.builder.create_fadd = ...`)

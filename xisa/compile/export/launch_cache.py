@@ -26,7 +26,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from xisa.compile.toolchain import PINNED_ENV, REFUSED_ENV
+from xisa.compile.worker.toolchain import PINNED_ENV, REFUSED_ENV
 from xisa.errors import ToolchainError
 
 
@@ -41,7 +41,7 @@ def prepare_launch_process(triton_cache: Path) -> None:
     `default_launch_environ`, Triton's cache in `triton_cache` through Triton's own manager, knobs as the
     environment gives them, and the backends' options classes made under that environment."""
     from xisa.compile.runner import _reimport_backend_compilers as reimport_backend_compilers
-    from xisa.compile.runner import import_compile_modules
+    from xisa.compile.launch.warm import import_compile_modules
 
     import_compile_modules()   # torch, Triton and its backends, as a compile worker has them
     from triton import knobs
@@ -115,11 +115,11 @@ def export_cell(cell, *, roots: list[Path], triton_cache: Path) -> dict[str, Any
     import triton
     from triton.compiler import ASTSource
 
-    from xisa.compile.bind import bind_cell
-    from xisa.compile.loader import from_source, load_kernel_function
-    from xisa.compile.reads import compiling
-    from xisa.compile.standins import plain
-    from xisa.compile.toolchain import knobs_restored
+    from xisa.compile.launch.bind import bind_cell
+    from xisa.compile.launch.loader import from_source, load_kernel_function
+    from xisa.compile.incremental.reads import compiling
+    from xisa.compile.launch.standins import plain
+    from xisa.compile.worker.toolchain import knobs_restored
 
     fn = load_kernel_function(cell.kernel, roots=roots, target=cell.target)
     with knobs_restored(), compiling(cell.kernel, cell.target), from_source():

@@ -16,7 +16,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xisa.compile.cache import (BACKEND, FRONTEND, LOADS, RESULTS, REVIEW, REVIEW_LINES, REVIEW_PARSED, REVIEW_STREAMS, STATS,
+from xisa.compile.incremental.cache import (BACKEND, FRONTEND, LOADS, RESULTS, REVIEW, REVIEW_LINES, REVIEW_PARSED, REVIEW_STREAMS, STATS,
                                legacy_triton_folder, write_private)
 from xisa.spec.project import DEFAULT_CACHE_SIZE, cache_size_from_environment
 

@@ -4,7 +4,7 @@ An unchanged cell is answered from here without importing Triton. The key names 
 and kernel files, the toolchain, the pinned environment and xisa's own code; each entry also
 carries a depfile: every project file the compile's kernel load imported or read, every environment
 variable it read (`$NAME`), and every project file the compile itself read, with their SHA-256, as
-recorded by the worker (`xisa.compile.loader.kernel_dependencies`). An entry whose depfile no longer matches
+recorded by the worker (`xisa.compile.launch.loader.kernel_dependencies`). An entry whose depfile no longer matches
 is a miss (as ccache's manifests). Behind it, the back-end store (`backend_store.py`) answers a cell whose
 load changed but whose front end's output did not, after a load and a front-end pass. Triton's own cache lives
 for one run (a folder in the temp folder): its entries are salted with what the load read and carry what their
@@ -14,35 +14,30 @@ refused: its results could be forged. The cache's size is bounded (`cache_limit.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
-import importlib.util
 import json
 import os
 import re
 import shutil
 import stat
-import sys
-from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from xisa.analyze.inline_asm import assembled_files
-from xisa.compile.reads import (compile_reads, dependency_digest, load_digest, note_compile_reads,
+from xisa.compile.incremental.reads import (compile_reads, dependency_digest, load_digest, note_compile_reads,
                                 reused_compile_reads)
 from xisa.errors import ToolchainError
 from xisa.fsio import write_atomic
-from xisa.compile.result import CellResult
-from xisa.compile.state import WORKER
-from xisa.spec.cases import Cell
-from xisa.compile.toolchain import PINNED_ENV, TRITON_CACHE_FOLDER, unclassified_environment
+from xisa.compile.worker.result import CellResult
+from xisa.compile.worker.toolchain import TRITON_CACHE_FOLDER
 
-CACHE_FORMAT = 4   # 4: an entry is a header line {key, digest of the body's bytes}, then the body; 3: the back-end store (backend_store.py)
 RESULTS = "results"
-BACKEND = "backend"            # the back end's work by its front end's output (xisa.compile.backend_store)
-FRONTEND = "frontend"          # the front end's inputs -> the back-end key of its output (xisa.compile.backend_store)
-LOADS = "loads"                # code objects and source blocks by their text (xisa.compile.load_store)
+BACKEND = "backend"            # the back end's work by its front end's output (xisa.compile.incremental.backend_store)
+FRONTEND = "frontend"          # the front end's inputs -> the back-end key of its output (xisa.compile.incremental.backend_store)
+LOADS = "loads"                # code objects and source blocks by their text (xisa.compile.incremental.load_store)
 REVIEW = "review"              # compact goldens' streams and line tables, by SHA-256 (xisa.golden.material)
 REVIEW_STREAMS, REVIEW_LINES = "streams", "lines"   # its two folders: `<sha256>.isa`, `<sha256>.json`
 REVIEW_PARSED = "parsed"        # and goldens' YAML parsed, by the SHA-256 of parser and text: `<sha256>.json`
@@ -50,79 +45,6 @@ TRITON = TRITON_CACHE_FOLDER   # where older xisa kept Triton's own cache (now o
 STATS = "last-run.json"        # what the last run found in the cache (`xisa cache info`)
 TIMINGS = "timings.json"
 TRITON_ENTRY_READS = "xisa-reads.json"   # in each Triton cache entry: the files its compile read
-
-
-@lru_cache(maxsize=1)
-def xisa_identity() -> str:
-    """The code that turns a cell into a result: a change to it must not be answered from old entries."""
-    package = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for path in sorted([*package.glob("analyze/*.py"), *package.glob("spec/*.py"), *package.glob("compile/*.py"),
-                        *(package / name for name in ("errors.py", "names.py", "yamlio.py"))]):
-        digest.update(path.relative_to(package).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-@lru_cache(maxsize=1)
-def toolchain_identity() -> str:
-    """The installed Triton build (its RECORD covers the bundled LLVM, lld and ptxas), the files of a Triton
-    imported from elsewhere, and torch's build (the stand-ins' dtypes), read without importing anything.
-    Other installed packages are keyed per cell by what its compile used (`installed.py`): a `pip install`
-    of a package no compile imports answers nothing differently."""
-    try:
-        dist = metadata.distribution("triton")
-    except metadata.PackageNotFoundError:
-        return "none"
-    record = (dist.read_text("RECORD") or "") + _triton_outside_its_wheel(dist)
-    try:
-        torch = metadata.distribution("torch")
-        torch_build = f"{torch.version}:{hashlib.sha256((torch.read_text('RECORD') or '').encode()).hexdigest()[:16]}"
-    except metadata.PackageNotFoundError:
-        torch_build = "none"
-    return f"{dist.version}:{hashlib.sha256(record.encode()).hexdigest()[:16]}:torch {torch_build}"
-
-
-def _triton_outside_its_wheel(dist) -> str:
-    """'' when `import triton` finds the files the wheel's RECORD lists; else (a source checkout on PYTHONPATH,
-    an editable install, whose RECORD says nothing of them) the path, size and mtime of each of its files."""
-    found = importlib.util.find_spec("triton")   # finds the package without importing it
-    origin = found.origin if found is not None else None
-    if origin is None or os.path.abspath(origin) == os.path.abspath(dist.locate_file("triton/__init__.py")):
-        return ""
-    lines = [os.path.abspath(origin)]
-    for folder, subfolders, files in os.walk(os.path.dirname(origin)):
-        subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
-        for name in sorted(files):
-            try:
-                info = os.stat(os.path.join(folder, name))
-            except OSError:
-                continue
-            lines.append(f"{os.path.join(folder, name)} {info.st_size} {info.st_mtime_ns}")
-    return "\n".join(lines)
-
-
-def cell_key(cell: Cell, roots: tuple[Path, ...], *, knobs: dict[str, str] | None = None) -> str:
-    """What the compile of `cell` depends on, apart from the files its load imports (the entry's depfile).
-
-    The spec and kernel paths and sys.path are in it because they decide which files an import finds;
-    `knobs` (an `xisa ab` side's settings over the pinned environment) because they change the code.
-    """
-    spec = cell.kernel
-    payload = {
-        "format": CACHE_FORMAT, "xisa": xisa_identity(), "toolchain": toolchain_identity(),
-        "pinned": PINNED_ENV, "environment": unclassified_environment(), "target": cell.target.summary(),
-        "kernel": spec.name, "function": spec.function, "case": cell.case, "args": cell.args,
-        "constexprs": cell.constexprs, "options": cell.options, "config": cell.config,
-        "heuristics": cell.heuristics, "optimize": sys.flags.optimize, "spec": str(spec.spec_file),
-        "source": str(spec.source_file) if spec.source_file else None, "module": spec.module,
-        "roots": [str(r) for r in roots], "sys_path": list(sys.path),
-        "pythonpath": [str(p) for p in spec.pythonpath], "import_hooks": [str(p) for p in spec.import_hooks],
-    }
-    if knobs:
-        payload["knobs"] = dict(sorted(knobs.items()))
-    blob = json.dumps(payload, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()
 
 
 def legacy_triton_folder(name: str) -> bool:
@@ -206,7 +128,7 @@ class EntryStore:
     """Entries of one JSON file each, `<folder>/<key[:2]>/<key>.json`, written atomically and read in one read of one
     file, so a reader sees a whole entry or none (an entry evicted meanwhile is a miss). Each holds its key and a
     digest of its body: a corrupt or misplaced entry is a miss. A hit touches the entry (least recently used goes
-    first: `xisa.compile.cache_limit`)."""
+    first: `xisa.compile.incremental.cache_limit`)."""
 
     def __init__(self, directory: Path):
         self.directory = directory
@@ -235,6 +157,12 @@ class EntryStore:
         except (ValueError, TypeError):
             return None  # corrupt: compile again
 
+    def read_holding(self, key: str, field: str, digest_of: Callable[[str], str | None] | None = None
+                     ) -> dict[str, Any] | None:
+        """The body of `key`'s entry while the record of what its producer read (`body[field]`) holds."""
+        data = self.read(key)
+        return data if data is not None and reads_hold(data.get(field), digest_of) else None
+
     def write(self, key: str, body: dict[str, Any]) -> None:
         path = self.path(key)
         # A header line (the key, the digest of the body's bytes), then the body: a read hashes bytes, not a dump.
@@ -246,6 +174,14 @@ class EntryStore:
         except OSError:
             return  # a cache that cannot be written only costs speed
         write_private(path, text)
+
+
+def reads_hold(reads: Any, digest_of: Callable[[str], str | None] | None = None) -> bool:
+    """Whether a record of what a producer read (a path, or `$NAME` for a variable -> its digest then) holds now:
+    the one check behind every store's hit. A malformed record does not hold."""
+    digest_of = digest_of or dependency_digest
+    return isinstance(reads, dict) and all(isinstance(name, str) and digest_of(name) == digest
+                                           for name, digest in reads.items())
 
 
 def read_entry(path: Path) -> bytes | None:
@@ -270,7 +206,7 @@ def read_entry(path: Path) -> bytes | None:
 
 
 class ResultCache:
-    """A cell's result under its `cell_key`, with its depfile: a hit only while every file in it is unchanged."""
+    """A cell's result under its `keys.result_key`, with its depfile: a hit only while every file in it is unchanged."""
 
     def __init__(self, directory: Path):
         self.entries = EntryStore(directory / RESULTS)
@@ -283,16 +219,14 @@ class ResultCache:
         return self._file_hashes[path]
 
     def dependencies_hold(self, dependencies: dict[str, str | None]) -> bool:
-        return all(self._file_hash(path) == digest for path, digest in dependencies.items())
+        return reads_hold(dependencies, self._file_hash)
 
     def get(self, key: str) -> CellResult | None:
-        data = self.entries.read(key)
-        if data is None:
+        # None: absent, or a file the compile imported changed; an entry with an empty depfile never answers
+        data = self.entries.read_holding(key, "dependencies", self._file_hash)
+        if data is None or not data["dependencies"]:
             return None
         try:
-            dependencies = data["dependencies"]
-            if not isinstance(dependencies, dict) or not dependencies or not self.dependencies_hold(dependencies):
-                return None  # a file the compile imported changed (or the entry has no depfile)
             result = CellResult.from_cache(data["result"])
             return result if stream_holds(result.analysis) else None
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -352,6 +286,24 @@ class Timings:
 
 # --- Triton's own cache ----------------------------------------------------------------------------
 
+class FrontEndOutput:
+    """The seam where the back-end store enters a compile: Triton files each stage through its cache manager
+    (`triton_cache_class`), and the TTIR, the front end's whole output, goes to the observer that
+    `front_end_output_to` sets around one `triton.compile` (`xisa.compile.cell`). The observer may raise
+    `backend_store.BackendHit` out of `triton.compile`: the back end's work is stored, it does not run."""
+
+    observer: Callable[[str], None] | None = None
+
+
+@contextlib.contextmanager
+def front_end_output_to(observer: Callable[[str], None] | None) -> Iterator[None]:
+    FrontEndOutput.observer = observer
+    try:
+        yield
+    finally:
+        FrontEndOutput.observer = None
+
+
 def triton_cache_class(fallback: str):
     """Triton's file cache, except that an entry serves only the files and variables its compile used (see
     above), and a write it cannot make (a full disk, a read-only folder) goes to `fallback` instead of
@@ -380,7 +332,7 @@ def triton_cache_class(fallback: str):
             try:
                 with open(self._make_path(TRITON_ENTRY_READS), encoding="utf-8") as handle:
                     reads = json.load(handle)
-                if not all(dependency_digest(path) == digest for path, digest in reads.items()):
+                if not reads_hold(reads):
                     return None
             except (OSError, ValueError, TypeError, AttributeError):
                 return None   # no record of what its compile read: compile again
@@ -392,8 +344,8 @@ def triton_cache_class(fallback: str):
             return super().put_group(filename, group)
 
         def put(self, data, filename, binary=True) -> str:
-            if filename.endswith(".ttir") and WORKER.backend is not None:   # the front end's output, whole
-                WORKER.backend.at_front_end(str(data))   # raises BackendHit: the back end's work is stored
+            if filename.endswith(".ttir") and FrontEndOutput.observer is not None:   # the front end's output, whole
+                FrontEndOutput.observer(str(data))   # may raise BackendHit: the back end's work is stored
             if filename.endswith(".amdgcn") and isinstance(data, str):   # the assembler reads these next
                 note_compile_reads(assembled_files(data))
             try:

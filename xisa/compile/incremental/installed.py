@@ -19,7 +19,7 @@ import sys
 import sysconfig
 from importlib import metadata
 
-from xisa.compile.reads import file_sha256, in_environment, real_path
+from xisa.compile.incremental.reads import file_sha256, in_environment, real_path
 
 # The distributions whose code is the toolchain: keyed by the toolchain identity, never per cell.
 TOOLCHAIN_ROOTS = ("xisa", "triton", "torch")

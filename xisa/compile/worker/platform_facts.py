@@ -2,7 +2,7 @@
 
 A module keeps what it read of the platform (`IS_HIP = torch.version.hip is not None`, `NUM_SMS` from the device,
 a table picked by the device's name), so its load may serve another target only where each fact it read has the
-same value (`same_platform`). `xisa.compile.device_answers` records the facts as it answers them; this is the one
+same value (`same_platform`). `xisa.compile.gpu.device_answers` records the facts as it answers them; this is the one
 home of what each recorded fact means.
 """
 
@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from xisa.spec.device_facts import device_fact
+
+# Always the environment, wherever they are installed from (an editable Triton is still the toolchain): never a
+# project module, never loaded anew, never a package that asks the platform for a library.
+ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
 
 # Facts that are no device fact of a target file: torch.version.hip/cuda, Triton's current target, and the device
 # itself (an object that answers later, such as torch's device properties, stands for every fact of the device).

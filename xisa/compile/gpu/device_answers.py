@@ -6,7 +6,7 @@ process, so each answer comes from the target file of the cell being compiled (`
 reference product of that target would give it, through the two doors libraries knock on:
 - `torch.cuda` (`is_available`, `device_count`, `current_device`, `get_device_properties`, `get_device_capability`,
   `get_device_name`, `set_device`, the `torch.cuda.device(i)` context) and `torch.version.cuda` / `torch.version.hip`, patched for the duration only;
-- Triton's driver (`xisa.compile.target_driver`): `utils.get_device_properties(i)` with the backend's keys.
+- Triton's driver (`xisa.compile.gpu.target_driver`): `utils.get_device_properties(i)` with the backend's keys.
 A query xisa cannot answer (a fact the file does not state, a stream, a second device, a benchmark) raises
 `UnansweredDeviceQuery`, a BaseException, so a library's `except Exception:` fallback cannot turn it into a
 silently different config; the context that answers turns it into a one-line `TargetError` naming the query.
@@ -20,10 +20,9 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from xisa.compile.gpu_probes import refuse_probes
-from xisa.compile.gpu_tensors import tensors_on_cpu
-from xisa.compile.platform_facts import BACKEND, platform_fact
-from xisa.compile.state import ENVIRONMENT_PACKAGES
+from xisa.compile.gpu.probes import refuse_probes
+from xisa.compile.gpu.tensors import tensors_on_cpu
+from xisa.compile.worker.platform_facts import BACKEND, ENVIRONMENT_PACKAGES, platform_fact
 from xisa.errors import TargetError
 from xisa.spec.device_facts import device_fact
 
@@ -183,8 +182,8 @@ def _asking_packages() -> set[str]:
     while frame is not None:
         name = frame.f_globals.get("__name__") or ""
         top = name.partition(".")[0]
-        if top == "xisa" and not name.startswith("xisa.compile.device_answers") \
-                and not name.startswith("xisa.compile.target_driver"):
+        if top == "xisa" and not name.startswith("xisa.compile.gpu.device_answers") \
+                and not name.startswith("xisa.compile.gpu.target_driver"):
             break   # the loader or binder that started this: nothing further out is part of the load
         if top and top not in _NOT_ASKERS and top not in ENVIRONMENT_PACKAGES and top not in sys.stdlib_module_names:
             packages.add(top)
@@ -197,7 +196,7 @@ def _asking_packages() -> set[str]:
 # torch's own modules that answer (patched above) or are torch itself: never imported anew. Any other module of torch
 # whose code asked (`torch.utils._triton.has_triton_tma_device`, a functools.cache over the capability; inductor's
 # `IS_ROCM` at import) keeps the first target's answer, so each load imports its own copy
-# (`xisa.compile.state.WorkerState.learn_device_packages`).
+# (`xisa.compile.worker.state.WorkerState.learn_device_packages`).
 _TORCH_CORE = ("torch.cuda", "torch.version", "torch.accelerator", "torch._C", "torch.backends", "torch.overrides",
                "torch.nn", "torch.autograd", "torch.library", "torch._ops", "torch._tensor", "torch.functional",
                "torch.random", "torch.types", "torch.utils._device", "torch.utils._contextlib", "torch.serialization")

@@ -1,5 +1,5 @@
 """What `config: all` expands to on each target: the configs a launch there could pick, after the autotuner's
-pruning run as that target (`xisa.compile.prune`), for the spec reader (`xisa.spec.cases.ConfigLister`).
+pruning run as that target (`xisa.compile.launch.prune`), for the spec reader (`xisa.spec.cases.ConfigLister`).
 
 It runs in the process that reads the specs, before any compile: an autotuner that prunes nothing is read from one
 load for no particular target; one that prunes is loaded and pruned per target, on each target's stand-ins."""
@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from xisa.compile.autotune import autotuner_of, not_autotuned
-from xisa.compile.bind import configs_kept_for
-from xisa.compile.loader import load_kernel_object, unwrap_kernel
-from xisa.compile.prune import listed_index, plain_config, prunes
-from xisa.compile.reads import compiling
-from xisa.compile.runner import import_compile_modules
+from xisa.compile.launch.autotune import autotuner_of, not_autotuned
+from xisa.compile.launch.bind import configs_kept_for
+from xisa.compile.launch.loader import load_kernel_object, unwrap_kernel
+from xisa.compile.launch.prune import listed_index, plain_config, prunes
+from xisa.compile.incremental.reads import compiling
+from xisa.compile.launch.warm import import_compile_modules
 from xisa.spec.cases import Cell, KernelSpec
 from xisa.spec.targets import Target
 

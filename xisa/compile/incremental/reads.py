@@ -18,13 +18,15 @@ import types
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from xisa.compile.state import ENVIRONMENT_PACKAGES, WORKER, CompileUnderWay
-from xisa.compile.target_driver import target_driver
+import xisa
+from xisa.compile.worker.platform_facts import ENVIRONMENT_PACKAGES
+from xisa.compile.worker.state import WORKER, CompileUnderWay
+from xisa.compile.gpu.target_driver import target_driver
 from xisa.spec.cases import KernelSpec
 
 # Kernel files never live here, and reading some of these never ends.
 _SYSTEM_FOLDERS = ("/proc/", "/sys/", "/dev/")
-_XISA_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+_XISA_FOLDER = os.path.join(os.path.dirname(os.path.abspath(xisa.__file__)), "")
 # A depfile entry `$NAME` stands for the environment variable NAME (a path is always absolute).
 ENVIRONMENT_ENTRY = "$"
 
@@ -63,7 +65,7 @@ def variable_digest(name: str, environ) -> str | None:
     """A variable's value in `environ` as a depfile records it; `*`: every variable the key does not cover."""
     if name != WHOLE_ENVIRONMENT:
         return value_digest(environ.get(name))
-    from xisa.compile.toolchain import toolchain_variable
+    from xisa.compile.worker.toolchain import toolchain_variable
 
     return value_digest(json.dumps(sorted((key, value) for key, value in dict(environ).items()
                                           if not toolchain_variable(key))))
@@ -179,7 +181,7 @@ def watched_environment() -> Iterator[None]:
 def variables_read_binding() -> Iterator[None]:
     """The variables a heuristic or an autotune pre_hook reads while the compile under way binds its cell
     (`os.environ.get("MY_BLOCK")` at launch), as the load's are: each one's value then is in the depfile."""
-    from xisa.compile.toolchain import toolchain_variable
+    from xisa.compile.worker.toolchain import toolchain_variable
 
     under_way = WORKER.compiling
     if under_way is None:

@@ -13,9 +13,9 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from xisa.compile.autotune import backend_option_fields, kept_at_autotuner, run_wrappers
-from xisa.compile.loader import named_object, unwrap_kernel
-from xisa.compile.standins import DerivedInt, constexpr_value, make_standin, plain, resolve_derived
+from xisa.compile.launch.autotune import backend_option_fields, kept_at_autotuner, run_wrappers
+from xisa.compile.launch.loader import named_object, unwrap_kernel
+from xisa.compile.launch.standins import DerivedInt, constexpr_value, make_standin, plain, resolve_derived
 from xisa.errors import BindError
 from xisa.spec.cases import Cell
 
@@ -87,7 +87,7 @@ def bind_cell(cell: Cell, fn) -> BoundCell:
 
 def configs_kept_for(cell: Cell, fn) -> tuple[Any, list]:
     """The autotuner `fn` holds and the configs its pruning keeps for the cell's stand-ins, as a launch with them
-    would prune (run it where the cell's target answers the device: `xisa.compile.reads.compiling`)."""
+    would prune (run it where the cell's target answers the device: `xisa.compile.incremental.reads.compiling`)."""
     fn, wrappers, params, kwargs = _case_values(cell, fn)
     return kept_at_autotuner(cell, wrappers, kwargs, dict(cell.options), params)
 

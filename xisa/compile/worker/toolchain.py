@@ -22,7 +22,7 @@ SUPPORTED_TRITON = ((3, 6), (3, 9))  # inclusive minor range
 GOLDEN_TRITON = "3.8.0"              # the version this repository's goldens are made with
 # The folder of Triton's own cache inside xisa's. Its entries outlive xisa's results, so one made by an xisa that
 # compiled otherwise must not be found: "triton-5" holds only cubins that ptxas made from its checkout-free input
-# (xisa.compile.ptxas: fixed addresses, relative paths, fixed file names), which Triton's own key does not know of.
+# (xisa.compile.tools.ptxas: fixed addresses, relative paths, fixed file names), which Triton's own key does not know of.
 TRITON_CACHE_FOLDER = "triton-5"
 
 # Every environment variable the installed Triton reads, classified once: its knobs (`triton.knobs`) and

@@ -10,12 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from xisa.compile.platform_facts import same_platform
+from xisa.compile.worker.platform_facts import same_platform
 from xisa.spec.cases import KernelSpec
 
-# Always the environment, wherever they are installed from (an editable Triton is still the toolchain): never a
-# project module, never loaded anew, never a package that keeps device answers.
-ENVIRONMENT_PACKAGES = {"triton", "torch", "xisa", "__main__"}
 PREFIX_MARK = "<imported by> "   # in `LoadedModule.package_load`: the parent package whose import ended the load
 
 
@@ -27,7 +24,7 @@ class LoadedModule:
     dependencies: dict[str, str | None]     # what the load read: files, and `$NAME` for a variable
     compile_reads: dict[str, str | None] = field(default_factory=dict)   # files its compiles read, so far
     package_folders: tuple[str, ...] = ()   # the kernel's own package: its files count wherever it is installed
-    # The platform facts the load and the compiles since read -> value (`xisa.compile.platform_facts`):
+    # The platform facts the load and the compiles since read -> value (`xisa.compile.worker.platform_facts`):
     # the load serves only targets where each is the same.
     platform_facts: dict[str, Any] = field(default_factory=dict)
     # The modules the load imported and took out of sys.modules after it (the project's, the kernel's package, the
@@ -56,7 +53,7 @@ class WorkerState:
     """The per-process state of kernel loading and read recording (one instance: `WORKER`)."""
 
     # Each spec's loads (by `key(spec)`), each serving the targets on which every platform fact it read is the same
-    # (`LoadedModule.platform_facts`, `xisa.compile.platform_facts.same_platform`).
+    # (`LoadedModule.platform_facts`, `xisa.compile.worker.platform_facts.same_platform`).
     loaded: dict[tuple, list[LoadedModule]] = field(default_factory=dict)
     # Files opened for reading while a load or a compile is under way (None: neither); the audit hook appends.
     reads: list[str] | None = None
@@ -66,13 +63,11 @@ class WorkerState:
     # Variables read through os.environ while a kernel module loads (None: no load under way).
     env_reads: set[str] | None = None
     compiling: CompileUnderWay | None = None
-    # The back-end store's part in the compile under way (`xisa.compile.backend_store.BackendReuse`; None: off).
-    backend: Any = None
     # Folders whose files a compile reads as its own output (Triton's cache), never a dependency.
     output_folders: tuple[str, ...] = ()
     # The audit hook is installed (once per process: a hook cannot be removed, so `reset` keeps this).
     reads_hooked: bool = False
-    # Top packages whose code asked the device during a load or compile (`xisa.compile.device_answers`): they may
+    # Top packages whose code asked the device during a load or compile (`xisa.compile.gpu.device_answers`): they may
     # keep the answers (module globals, functools.cache), so every load imports them anew. Kept by `reset`: it is
     # what those packages do, not a load.
     device_packages: set[str] = field(default_factory=set)
@@ -130,7 +125,6 @@ class WorkerState:
         self.read_stats = {}
         self.env_reads = None
         self.compiling = None
-        self.backend = None
         self.output_folders = ()
 
 

@@ -19,8 +19,6 @@ the compile function has code from elsewhere (a library patched it), the store i
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -29,19 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from xisa.analyze.model import Analysis
-from xisa.compile.cache import (BACKEND, CACHE_FORMAT, FRONTEND, EntryStore, stream_holds, toolchain_identity,
-                                xisa_identity)
-from xisa.compile.front_end_key import front_end_record
-from xisa.compile.front_end_pristine import front_end_is_pristine
-from xisa.compile.reads import compile_reads, dependency_digest, note_compile_reads, reads_so_far
-from xisa.compile.result import analysis_from_cache, analysis_to_cache
-from xisa.compile.state import WORKER
-from xisa.compile.toolchain import changes_compilation, knob_settings
+from xisa.compile.incremental.cache import BACKEND, FRONTEND, EntryStore, stream_holds
+from xisa.compile.incremental.front_end_key import front_end_record
+from xisa.compile.incremental.keys import backend_key, canonical, compile_context
+from xisa.compile.incremental.front_end_pristine import front_end_is_pristine
+from xisa.compile.incremental.reads import compile_reads, note_compile_reads, reads_so_far
+from xisa.compile.worker.result import analysis_from_cache, analysis_to_cache
+from xisa.compile.incremental import keys
+from xisa.compile.worker.toolchain import knob_settings
 
 # A file location in MLIR's printed form: `loc("/path/k.py":12:5)` (a callsite or a name refers to these).
 _LOCATION_FILE = re.compile(r'loc\("([^"]*)":[0-9]+:[0-9]+\)')
-# Variables whose value is a folder of this run (Triton's cache is one per run): never part of the key.
-_RUN_FOLDERS = frozenset({"TRITON_CACHE_DIR"})
 
 
 class BackendHit(BaseException):
@@ -63,13 +59,11 @@ class BackendStore:
         self.front_ends = EntryStore(cache_dir / FRONTEND)   # what the front end read -> the key of its output
 
     def get(self, key: str) -> tuple[Analysis, dict[str, str | None]] | None:
-        data = self.entries.read(key)
+        data = self.entries.read_holding(key, "reads")   # None: absent, or a file the back end read changed
         if data is None:
             return None
         try:
             reads = data["reads"]
-            if not isinstance(reads, dict) or not all(dependency_digest(p) == d for p, d in reads.items()):
-                return None   # a file the back end read changed
             analysis = analysis_from_cache(data)
             return (analysis, reads) if analysis is not None and stream_holds(analysis) else None
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -81,11 +75,10 @@ class BackendStore:
     def front_end(self, front_key: str) -> tuple[str, dict[str, str | None], dict[str, str]] | None:
         """The back-end key the front end made for these inputs, the files it read (while they are unchanged), and
         how the paths in its output were shown."""
-        data = self.front_ends.read(front_key)
+        data = self.front_ends.read_holding(front_key, "reads")
         try:
             key, reads, shown = data["backend"], data["reads"], data["shown"]
-            if isinstance(key, str) and isinstance(reads, dict) and isinstance(shown, dict) and \
-                    all(dependency_digest(p) == d for p, d in reads.items()):
+            if isinstance(key, str) and isinstance(shown, dict):
                 return key, reads, shown
         except (KeyError, TypeError):
             pass   # absent or corrupt: the front end runs
@@ -142,9 +135,7 @@ class BackendReuse:
         for path in sorted(set(_LOCATION_FILE.findall(ttir))):
             for name in (path, os.path.dirname(path)):   # ptxas gets the folder apart (`DW_AT_comp_dir`)
                 shown[name] = self.path_of(name)
-        # the knobs as the back end will have them (a constexpr function may set one while the front end traces)
-        payload = {**self.context, "knobs": code_knobs(), "ttir": ttir, "shown_paths": shown}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        return backend_key(self.context, ttir, shown, code_knobs())
 
     def back_end_reads(self) -> dict[str, str | None]:
         """What the compile read since its front end's output (all of it when the front end did not run here: a
@@ -163,17 +154,7 @@ class BackendReuse:
 
 def backend_context(cell, bound) -> dict[str, Any]:
     """The key's parts that are not the front end's output, as the worker compiling `cell` has them."""
-    from triton._C.libtriton import get_cache_invalidating_env_vars
-
-    return {
-        "format": CACHE_FORMAT, "xisa": xisa_identity(), "toolchain": toolchain_identity(),
-        "environment": {name: value for name, value in sorted(os.environ.items())
-                        if changes_compilation(name) and name not in _RUN_FOLDERS},
-        "triton_environment": canonical(get_cache_invalidating_env_vars()),
-        "target": canonical(cell.target.summary()), "gpu_target": canonical(vars(bound.target)),
-        "options": canonical(vars(bound.options)),
-        "knobs": code_knobs(),
-    }
+    return compile_context(cell, bound, code_knobs())
 
 
 def code_knobs() -> Any:
@@ -192,19 +173,13 @@ def backend_reuse(store: BackendStore | None, cell, bound, path_of, *, lookup: b
         yield None
         return
     context = backend_context(cell, bound)
-    WORKER.backend = BackendReuse(store, context, path_of, lookup, front_key=front_end_key(context, bound))
-    try:
-        yield WORKER.backend
-    finally:
-        WORKER.backend = None
+    yield BackendReuse(store, context, path_of, lookup, front_key=front_end_key(context, bound))
 
 
 def front_end_key(context: dict[str, Any], bound) -> str | None:
     """The key of what the front end reads for `bound` under `context`; None where `front_end_key.py` refuses."""
     record = front_end_record(bound.fn, bound.constexprs, bound.signature, bound.attrs)
-    if record is None:
-        return None
-    return hashlib.sha256(json.dumps({**context, "front_end": record}, sort_keys=True).encode()).hexdigest()
+    return None if record is None else keys.front_end_key(context, record)
 
 
 def back_end_is_tritons(target) -> bool:
@@ -237,17 +212,3 @@ def named_files(options: Any) -> list[str]:
     if isinstance(options, list):
         return [path for value in options for path in named_files(value)]
     return []
-
-
-def canonical(value: Any) -> Any:
-    """`value` as JSON that is the same in every process: sets sorted (their order follows string hashing, which
-    differs from process to process), tuples as lists, anything else by its repr."""
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {str(k): canonical(v) for k, v in value.items()}
-    if isinstance(value, (set, frozenset)):
-        return sorted((canonical(v) for v in value), key=repr)
-    if isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
-    return repr(value)

@@ -28,7 +28,7 @@ import sys
 import types
 from typing import Any
 
-from xisa.compile.front_end_pristine import front_end_is_pristine, held_object, in_held_front_end
+from xisa.compile.incremental.front_end_pristine import front_end_is_pristine, held_object, in_held_front_end
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 # Attributes of a JITFunction that are launch-time state, not what the front end reads.

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from xisa.compile.prune import (describe_config, describe_kept, kept_configs, listed_index, plain_config,
+from xisa.compile.launch.prune import (describe_config, describe_kept, kept_configs, listed_index, plain_config,
                                 same_config)
-from xisa.compile.standins import constexpr_value, plain
+from xisa.compile.launch.standins import constexpr_value, plain
 from xisa.errors import BindError, SpecError
 from xisa.spec.cases import Cell, KernelSpec
 
@@ -111,7 +111,7 @@ def run_wrappers(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, Any], 
     values (`Config.all_kwargs`) and runs its pre_hook; a Heuristics sets each of its keys from a dict of every
     argument (`Heuristics.run`); any other wrapper changes nothing. A value the case gives that a wrapper would replace with another is refused, naming
     both (the same value is accepted: a captured case repeats them).
-    The autotuner picks among the configs its pruning keeps on the cell's target (`xisa.compile.prune`).
+    The autotuner picks among the configs its pruning keeps on the cell's target (`xisa.compile.launch.prune`).
     Returns the kernel's kwargs, the launch options, the config's description ('' when none) and the config
     compiled ({index in the autotuner's list, None for one its pruner made; values}, None when none)."""
     from triton.compiler import make_backend

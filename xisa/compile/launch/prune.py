@@ -5,7 +5,7 @@ config: `early_config_prune(configs, nargs, **kwargs)` (which may filter the lis
 pruner yields Configs of its own), then, with a `perf_model`, the `top_k` configs it estimates fastest. The launch
 picks among what is left, so a case's config must be one of those, and `config: all` means those. Pruners ask the
 device (triton.ops.matmul's and gemlite's read `max_shared_mem`), so pruning runs where the cell's target answers the
-device (`xisa.compile.reads.compiling`, `xisa.compile.target_driver`), never once for every target.
+device (`xisa.compile.incremental.reads.compiling`, `xisa.compile.gpu.target_driver`), never once for every target.
 
 A case does not say which arguments the launch passed by position (`nargs`) and which by keyword, so the pruner finds
 each of the case's values in both: gemlite's reads `nargs['M']` and `kwargs['load_scales_as_block']` of one launch.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xisa.compile.standins import plain
+from xisa.compile.launch.standins import plain
 from xisa.errors import BindError
 
 

@@ -1,0 +1,1 @@
+"""The vendors' tools run on a compiled kernel's binary (cuobjdump, ptxas, llvm-mca), so `xisa.analyze` stays pure."""
