@@ -2,8 +2,13 @@
 
 An adopter of fla-core 0.6.0 (its `__init__` imports every op, so each kernel's load reads the whole library):
 
-    python bench/incremental.py                                   # the fla-core wheel of /work/main/.libs
+    python bench/incremental.py                                   # the fla-core wheel in .libs/ of this checkout
     python bench/incremental.py --wheel PATH --arch gfx942 --arch sm_90
+    python bench/incremental.py --against 5a4bb6f --arch gfx942 --arch sm_90   # this checkout against a commit
+
+With `--against REV`, each step runs on this checkout and on REV's xisa (`bench/sides.py`: a project, site and cache
+of each side's own, the same Python, Triton and torch), one after the other in an alternating order, and the table
+gives both sides' seconds and their ratio (this checkout over REV: under 1.00 is faster).
 
 Installs the wheel (and einops) into a folder on PYTHONPATH, captures specs the way docs/capture.md's fla section does
 (`xisa capture --no-run --config-policy first` of examples/fla/run_fla.py), then times `xisa check` on the same
@@ -31,8 +36,10 @@ import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-WHEEL = Path("/work/main/.libs/fla_core-0.6.0-py3-none-any.whl")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sides import REPO, order, ratio_line, tree_at  # noqa: E402
+
+WHEEL = REPO / ".libs" / "fla_core-0.6.0-py3-none-any.whl"
 # Every target of this repository, as the issue measured fla (13: 358 cells); `--arch` picks fewer (the four of an
 # earlier default, gfx942 sm_90 gfx1100 sm_80: 114 cells).
 TARGETS = tuple(sorted(path.stem for path in (REPO / "targets").glob("*.yaml")))
@@ -61,7 +68,7 @@ def unrelated_wheel(folder: Path) -> Path:
 
 
 class Adopter:
-    def __init__(self, work: Path, targets: list[str], kernels: list[str]):
+    def __init__(self, work: Path, targets: list[str], kernels: list[str], tree: Path = REPO):
         self.work, self.site, self.extra = work, work / "site", work / "extra"
         self.project, self.cache = work / "proj", work / "cache"
         self.targets, self.errors, self.changed = targets, [], []
@@ -71,7 +78,7 @@ class Adopter:
         self.arch = [flag for target in targets for flag in ("--arch", target)] + \
             [flag for kernel in kernels for flag in ("--kernel", kernel)]
         self.env = {**os.environ, "XISA_CACHE_DIR": str(self.cache),
-                    "PYTHONPATH": os.pathsep.join([str(REPO), str(self.site), str(self.extra)])}
+                    "PYTHONPATH": os.pathsep.join([str(tree), str(self.site), str(self.extra)])}
 
     def pip(self, *args: str) -> None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args], check=True,
@@ -151,56 +158,79 @@ def main() -> None:
                                             "made here, so no index is needed)")
     parser.add_argument("--kernel", action="append", default=[], help="only these kernels (a smoke test)")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it")
+    parser.add_argument("--against", metavar="REV", help="also run every step on REV's xisa, side by side")
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="xisa-incremental-"))
-    adopter = Adopter(work, args.arch or list(TARGETS), args.kernel)
+    targets = args.arch or list(TARGETS)
+    adopters = {"this": Adopter(work / "this", targets, args.kernel)}
+    if args.against:
+        tree = tree_at(args.against, work / "tree")
+        adopters[args.against] = Adopter(work / "other", targets, args.kernel, tree=tree)
     try:
-        adopter.set_up(args.wheel)
-        rows = run_steps(adopter, args.unrelated)
+        for adopter in adopters.values():
+            adopter.work.mkdir(parents=True)
+            adopter.set_up(args.wheel)
+        rows = run_steps(list(adopters.values()), args.unrelated)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    print_rows(rows)
-    print_floor(adopter, rows)
+    for (name, adopter), side_rows in zip(adopters.items(), rows):
+        print(f"--- {name} ({adopter.env['PYTHONPATH'].split(os.pathsep)[0]})")
+        print_rows(side_rows)
+        print_floor(adopter, side_rows)
+    if args.against:
+        print(f"--- side by side: this checkout against {args.against} (seconds; ratio this/{args.against})")
+        print(f"{'step':36} {'this':>8} {args.against[:8]:>8} {'ratio':>8}")
+        for this_row, other_row in zip(*rows):
+            print(ratio_line(this_row[0], {"a": this_row[1], "b": other_row[1]}, "a", "b"))
 
 
-def run_steps(adopter: Adopter, unrelated: str | None) -> list[tuple]:
-    rows = []
+def run_steps(adopters: list[Adopter], unrelated: str | None) -> list[list[tuple]]:
+    """Each step on every side (one after the other, the order alternating from step to step): each side's rows."""
+    rows: list[list[tuple]] = [[] for _ in adopters]
+    steps = 0
 
-    def step(name: str, *expect_exit: int) -> tuple:
-        seconds, code, verdicts, counts = adopter.check()
-        if code not in expect_exit:
-            sys.exit(f"bench: {name}: xisa check exit {code}, expected {expect_exit} ({verdicts})")
-        rows.append((name, seconds, verdicts, counts))
-        if adopter.errors and name != rows[0][0]:
-            sys.exit(f"bench: {name}: error cells {adopter.errors}")
-        return verdicts
+    def step(name: str, *expect_exit: int) -> list[dict[str, int]]:
+        nonlocal steps
+        found = {}
+        for adopter in order(steps, adopters):
+            seconds, code, verdicts, counts = adopter.check()
+            if code not in expect_exit:
+                sys.exit(f"bench: {name}: xisa check exit {code}, expected {expect_exit} ({verdicts})")
+            rows[adopters.index(adopter)].append((name, seconds, verdicts, counts))
+            if adopter.errors and steps:
+                sys.exit(f"bench: {name}: error cells {adopter.errors}")
+            found[id(adopter)] = verdicts
+        steps += 1
+        return [found[id(adopter)] for adopter in adopters]
 
     step("cold check (empty cache)", 1, 2)   # no goldens yet: every cell `new` (or refused by its target: exit 2)
-    adopter.seconds = json.loads((adopter.cache / "timings.json").read_text())
-    adopter.leave_out_refused(adopter.targets)
-    if adopter.xisa("bless", *adopter.arch).returncode != 0:
-        sys.exit("bench: bless failed")
+    for adopter in adopters:
+        adopter.seconds = json.loads((adopter.cache / "timings.json").read_text())
+        adopter.leave_out_refused(adopter.targets)
+        if adopter.xisa("bless", *adopter.arch).returncode != 0:
+            sys.exit("bench: bless failed")
     step("warm check", 0)
-    edited = adopter.site / EDITED
-    original = edited.read_text()
-    replace_once(edited, LINE, EDIT, after=KERNEL_DEF)
-    verdicts = step("one-line edit to one kernel", 1)
-    if not verdicts.get("changed"):
+    originals = []
+    for adopter in adopters:
+        edited = adopter.site / EDITED
+        originals.append(edited.read_text())
+        replace_once(edited, LINE, EDIT, after=KERNEL_DEF)
+    if not all(verdicts.get("changed") for verdicts in step("one-line edit to one kernel", 1)):
         sys.exit("bench: the edit changed no cell")
-    # What no key can save: the changed cells compiled whole, at their cold compile seconds over the workers.
-    adopter.floor = sum(adopter.seconds.get(cell, 0.0) for cell in adopter.changed) / len(os.sched_getaffinity(0))
-    adopter.floor_cells = len(adopter.changed)
-    adopter.import_seconds = adopter.time_imports()
-    edited.write_text(original)
+    for adopter, original in zip(adopters, originals):
+        # What no key can save: the changed cells compiled whole, at their cold compile seconds over the workers.
+        adopter.floor = sum(adopter.seconds.get(cell, 0.0) for cell in adopter.changed) / len(os.sched_getaffinity(0))
+        adopter.floor_cells = len(adopter.changed)
+        adopter.import_seconds = adopter.time_imports()
+        (adopter.site / EDITED).write_text(original)
     step("the edit restored", 0)
-    if unrelated:
-        adopter.pip("--target", str(adopter.extra), unrelated)
-    else:
-        adopter.pip("--target", str(adopter.extra), str(unrelated_wheel(adopter.work)))
+    for adopter in adopters:
+        adopter.pip("--target", str(adopter.extra), unrelated or str(unrelated_wheel(adopter.work)))
     step("unrelated pip install", 0)
-    package_init = adopter.site / COMMENTED
-    package_init.write_text(package_init.read_text() + "# a comment elsewhere in the package\n")
+    for adopter in adopters:
+        package_init = adopter.site / COMMENTED
+        package_init.write_text(package_init.read_text() + "# a comment elsewhere in the package\n")
     step("comment elsewhere in the package", 0)
     return rows
 

@@ -4,6 +4,11 @@ bless, a cold check, a warm check and a sharded check, measured side by side in 
     python bench/scale.py                       # 2,080 cells: 160 cases of kv_dequant and decode_reduce x 13 targets
     python bench/scale.py --cells 300           # the first 300 of them (what a 2-core machine does in minutes)
     python bench/scale.py --cells 2080 --shards 2,4,8,16 --runner-cores 4 --budget-s 600 --setup-s 180
+    python bench/scale.py --cells 300 --against 5a4bb6f   # this checkout against a commit, side by side
+
+With `--against REV`: the cold bless, the cold check and the warm check (median of 3) on this checkout and on REV's
+xisa (`bench/sides.py`: a project copy and cache of each side's own), each step on both sides one after the other in
+an alternating order, then each step's seconds and ratio (this checkout over REV: under 1.00 is faster).
 
 The family: `kernels/kv_dequant.py`'s kv_dequant_kernel (head dims 64/128/256, fp8 and int8 codes, 4 row blocks,
 1/2/4/8 warps) and `kernels/decode_attention.py`'s decode_reduce_kernel (head dims 64 to 512, 4 split blocks,
@@ -34,7 +39,9 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sides import REPO, order, ratio_line, tree_at  # noqa: E402
+
 TARGETS = ["gfx1100", "gfx1151", "gfx1200", "gfx1201", "gfx90a", "gfx942", "gfx950",
            "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
 KERNEL_FILES = ["__init__.py", "check_utils.py", "kv_formats.py", "kv_dequant.py", "decode_attention.py"]
@@ -208,6 +215,37 @@ def sharded_run(project: Path, env: dict[str, str], timings: Path, count: int, s
           + ", ".join(f"{k}: {v}" for k, v in data["counts"].items()), flush=True)
 
 
+def side_by_side(args) -> None:
+    """The cold bless, the cold check and the warm check on this checkout and on `args.against`, interleaved."""
+    scratch = Path(tempfile.mkdtemp(prefix="xisa-scale-"))
+    try:
+        sides = {"this": REPO, args.against: tree_at(args.against, scratch / "tree")}
+        envs, projects = {}, {}
+        for name, tree in sides.items():
+            projects[name] = scratch / f"project-{len(projects)}"
+            cells = generated_project(projects[name], args.cells)
+            env = {k: v for k, v in os.environ.items() if k not in ("CI", "XISA_CACHE_DIR")}
+            env.update(XISA_CACHE_DIR=str(scratch / f"cache-{len(envs)}"),
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")])))
+            envs[name] = env
+        jobs = ["--jobs", str(args.jobs or len(os.sched_getaffinity(0)))]
+        print(f"machine: {os.uname().machine}, {len(os.sched_getaffinity(0))} cores available; {cells} cells; "
+              f"this checkout against {args.against}", flush=True)
+        steps = [("cold bless (empty cache)", ["bless", "--quiet", *jobs], 1),
+                 ("cold check (--no-cache)", ["check", "--quiet", "--no-cache", *jobs], 1),
+                 ("warm check (median of 3)", ["check", "--quiet", *jobs], 3)]
+        print(f"{'step':36} {'this':>8} {args.against[:8]:>8} {'ratio':>8}")
+        for number, (name, command, runs) in enumerate(steps):
+            seconds: dict[str, list[float]] = {side: [] for side in sides}
+            for _ in range(runs):
+                for side in order(number, list(sides)):
+                    seconds[side].append(xisa(command, projects[side], envs[side])[0])
+            medians = {side: statistics.median(values) for side, values in seconds.items()}
+            print(ratio_line(name, medians, "this", args.against), flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=2080, help="cells of the family (default: all 2,080)")
@@ -219,7 +257,11 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=600.0, help="wall seconds the CI check may take")
     parser.add_argument("--setup-s", type=float, default=180.0, help="seconds a runner spends before the check")
     parser.add_argument("--keep", type=Path, help="keep the scratch project in this (new) folder")
+    parser.add_argument("--against", metavar="REV", help="cold bless, cold and warm check against REV's xisa, side by side")
     args = parser.parse_args()
+    if args.against:
+        side_by_side(args)
+        return
     scratch = args.keep or Path(tempfile.mkdtemp(prefix="xisa-scale-"))
     if args.keep:
         args.keep.mkdir(parents=True)

@@ -287,3 +287,23 @@ def test_a_restored_results_folder_alone_answers_on_a_fresh_runner(tmp_path):
     shutil.copytree(tmp_path / "cache" / "results", tmp_path / "restored" / "results")   # a fresh runner
     again = compile_here(root, tmp_path / "restored")[CELL]
     assert again.cached and again.analysis.code_sha256 == first.analysis.code_sha256
+
+
+@pytest.mark.parametrize("lookup", [
+    "try:\n    from fastcfg import S\nexcept ImportError:\n    S = 2.0\n",
+    "import importlib.util\nS = 3.0 if importlib.util.find_spec('fastcfg') is not None else 2.0\n",
+    "try:\n    import fastcfg_pkg.tables as t\n    S = t.S\nexcept ImportError:\n    S = 2.0\n",
+])
+@pytest.mark.parametrize("where", ["A", "kernels"])
+def test_an_optional_import_that_found_nothing_is_a_dependency_once_the_module_appears(tmp_path, lookup, where):
+    """A library's optional accelerator or config module (`try: import fastcfg`): found nowhere when the cell was
+    cached, then installed where the import searches (a pythonpath folder, the kernel's own folder)."""
+    root = _project(tmp_path / "proj", lookup, {"A/.keep": ""}, pyproject='pythonpath = ["A"]\n')
+
+    def appear():
+        if "fastcfg_pkg" in lookup:
+            write_files(root / where, {"fastcfg_pkg/__init__.py": "", "fastcfg_pkg/tables.py": "S = 3.0\n"})
+        else:
+            (root / where / "fastcfg.py").write_text("S = 3.0\n")
+
+    _cached_is_cold(tmp_path, root, appear)

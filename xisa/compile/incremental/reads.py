@@ -34,6 +34,9 @@ ENVIRONMENT_ENTRY = "$"
 # A depfile entry `ls:/abs/folder` stands for the names a folder holds: a load or compile listed it (a library
 # finding its plugins or configs by `os.listdir`, `os.scandir`, `glob`, `pathlib`, `os.walk`).
 LISTING_ENTRY = "ls:"
+# In a recording only (never a depfile name): `?/abs/file`, a file whose appearing would make a module that an import
+# or `importlib.util.find_spec` found nowhere importable (`try: import fastcfg` then `fastcfg.py` added).
+ABSENT_ENTRY = "?"
 
 
 # `$*`: the whole environment, for a load that listed or copied it (what it found there is unknown; any variable
@@ -223,7 +226,30 @@ def hook_reads() -> None:
                 reads.append(LISTING_ENTRY + os.path.abspath(os.fsdecode(os.fspath(folder))))
 
     sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load or a compile
+    sys.meta_path.append(_FoundNowhere)   # likewise: it notes only while a load or a compile is under way
     WORKER.reads_hooked = True
+
+
+class _FoundNowhere:
+    """Last on sys.meta_path, so asked only for a module no other finder found: an optional import that failed
+    (`try: import fastcfg`) or `importlib.util.find_spec` answering None. The files that would make the name
+    importable in each folder searched are recorded as absent: one appearing later is a change, as a file the load
+    looked for and did not find is. It never finds anything itself."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        reads = WORKER.reads
+        if reads is not None:
+            import importlib.machinery
+
+            leaf = name.rpartition(".")[2]
+            folders = list(path) if path is not None else [entry or os.getcwd() for entry in sys.path]
+            for folder in folders:
+                if isinstance(folder, str) and os.path.isdir(folder):
+                    reads.append(ABSENT_ENTRY + os.path.join(os.path.abspath(folder), leaf, "__init__.py"))
+                    reads.extend(ABSENT_ENTRY + os.path.join(os.path.abspath(folder), leaf + suffix)
+                                 for suffix in importlib.machinery.all_suffixes())
+        return None
 
 
 def _import_system_listing(frame) -> bool:
@@ -359,6 +385,11 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
     Bytecode caches are left out: they follow their sources (a load never reads them, see the loader's from_source)."""
     files: dict[str, str | None] = {}
     for path in reads:
+        if path.startswith(ABSENT_ENTRY):   # wherever it would appear, installed packages' folders included
+            path = path[len(ABSENT_ENTRY):]
+            if not os.path.exists(path) and not _own_output(path):
+                files.setdefault(path, None)
+            continue
         if path.startswith(LISTING_ENTRY):
             folder = path[len(LISTING_ENTRY):]
             if _counted_listing(folder, package_folders):
