@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import triton
 
-from xisa.api.doctor import diagnose
+from xisa.api.diagnose import diagnose
 from xisa.golden.store import scan_golden_toolchains
 from xisa.render.doctor import render_doctor_text
 from xisa.compile.worker.toolchain import HARMLESS_ENV, REFUSED_ENV

@@ -27,6 +27,6 @@ def device(selection: Selection, *, options: RunOptions = RunOptions(), emit: Pa
 def doctor(*, cwd: Path | None = None, environ: dict[str, str] | None = None, torch_module: Any = None,
            probe_devices: bool = True) -> dict[str, Any]:
     """`xisa doctor`: can results made here be trusted, and do the goldens fit this toolchain (a dict)."""
-    from xisa.api.doctor import diagnose
+    from xisa.api.diagnose import diagnose
 
     return diagnose(cwd=cwd, environ=environ, torch_module=torch_module, probe_devices=probe_devices)

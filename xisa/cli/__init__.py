@@ -30,7 +30,7 @@ from xisa.cli.inspect import cache_clear, cache_info, kernels, targets
 from xisa.cli.report import report
 from xisa.cli.ci import cache_key, shards
 from xisa.compile.launch.warm import TORCH_WITHOUT_NUMPY
-from xisa.api.doctor import version_line
+from xisa.api.diagnose import version_line
 from xisa.errors import XisaError, interrupted
 
 app = typer.Typer(

@@ -42,6 +42,7 @@ from xisa.compile.worker.toolchain import apply_pinned_env
 # spent 1.5 s of a 6 s library edit check collecting; at these, 0.2 s. Peak memory: 3% higher for fla's cold check
 # (bench/incremental.py), 7% to 13% for 2,080 cells (bench/scale.py: 678 to 717 MiB a worker).
 WORKER_GC_THRESHOLDS = (50_000, 20, 100)
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def available_cores() -> int:
@@ -81,6 +82,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _worker_main(conn, config: WorkerConfig) -> None:
     _die_with_parent(config.parent_pid)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)   # held by the parent across the fork
     gc.set_threshold(*WORKER_GC_THRESHOLDS)
     prepare_worker_toolchain(config)
     remember_pristine_front_end()   # before any kernel's load can change Triton's front end
@@ -152,7 +154,13 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         # fork: the config (the cells with it) is inherited with the parent's memory, not pickled
         self.process = ctx.Process(target=_worker_main, args=(child, config), daemon=True)
-        self.process.start()
+        # No stop signal inside the fork: a KeyboardInterrupt raised in an at-fork handler (logging's lock release)
+        # is printed as ignored and lost, and the run ends 0. Held here, it arrives once the worker is started.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         child.close()
         self.index: int | None = None
         self.started = 0.0

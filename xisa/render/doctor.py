@@ -1,4 +1,4 @@
-"""`xisa doctor`'s verdict as plain text (the dict `xisa.api.doctor` returns)."""
+"""`xisa doctor`'s verdict as plain text (the dict `xisa.api.diagnose` returns)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`xisa doctor`: is this machine able to give trustworthy results, and do the goldens fit its toolchain?
 
 Pure apart from looking: reads the installed Triton, the environment, the GPUs torch sees and the
-goldens' `toolchain` fields, and returns one dict (`xisa.api.doctor`; rendered by `xisa.render.doctor`
+goldens' `toolchain` fields, and returns one dict (`xisa.api.diagnose`; rendered by `xisa.render.doctor`
 or as JSON).
 """
 
