@@ -102,7 +102,10 @@ def test_workflow_structure():
     assert gate["env"]["BASE_REF"] == "${{ github.base_ref }}"
     assert ('xisa diff --base "origin/$BASE_REF" "${scope_args[@]}" --format markdown --max-chars 60000'
             in _step(gate, "Gate")["run"])
-    assert _step(gate, "Post or update")["if"] == "always()"
+    # a PR's comment whatever the jobs before it did; a push to the default branch only saves the cache
+    assert _step(gate, "Post or update")["if"] == "always() && github.event_name == 'pull_request'"
+    assert _step(gate, "Gate")["if"] == "always() && github.event_name == 'pull_request'"
+    assert on["push"] == {"branches": ["main"]} and "pull_request.number || github.ref" in wf["concurrency"]["group"]
     scripts = "\n".join(_workflow_scripts(wf))
     assert ('xisa check --shard "${{ matrix.shard }}/${SHARDS}" --timings xisa-timings.json' in scripts
             and "gh pr comment" in scripts)
@@ -227,7 +230,8 @@ def test_the_gate_runs_whatever_files_a_pull_request_touches():
     """A `paths:` filter skipped the whole workflow for a PR that edits only a helper module outside
     kernels/ (`src/mylib/helpers.py`, imported by every kernel): its machine code changed, no gate ran."""
     on = (lambda wf: wf.get("on", wf.get(True)))(_load(WORKFLOW))
-    assert not {"paths", "paths-ignore"} & set(on["pull_request"]), on["pull_request"]
+    for event in ("pull_request", "push"):   # a push to the default branch saves the cache the PRs start from
+        assert not {"paths", "paths-ignore"} & set(on[event]), on[event]
 
 
 def test_workflow_installs_xisa_and_the_goldens_toolchain_pinned():
@@ -351,3 +355,15 @@ def test_the_validator_can_fail(line, expected):
         assert problems == []
     else:
         assert problems and expected in problems[0]
+
+
+@pytest.mark.parametrize("event, merge, gate, expected", [
+    ("pull_request", "0", "0", 0), ("pull_request", "1", "0", 0),   # the PR is judged by the gate against its base
+    ("pull_request", "0", "1", 1), ("pull_request", "2", "0", 2), ("pull_request", "0", "", 2),
+    ("push", "0", "", 0), ("push", "1", "", 1), ("push", "2", "", 2), ("push", "", "", 2)])
+def test_the_verdict_is_the_gates_on_a_pull_request_and_the_merged_checks_on_a_push(tmp_path, event, merge, gate,
+                                                                                      expected):
+    step = _step(_load(WORKFLOW)["jobs"]["gate"], "Verdict")
+    assert step["env"]["EVENT"] == "${{ github.event_name }}"
+    proc = _run_step(tmp_path, step["run"], {"EVENT": event, "MERGE": merge, "CODE": gate}, {})
+    assert proc.returncode == expected, proc.stderr

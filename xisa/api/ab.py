@@ -53,6 +53,7 @@ def ab(selection: Selection, *, a, b, options: RunOptions = RunOptions(), progre
                                                  "(--b-env NAME=VALUE), or compare with the goldens (--a-golden)")
     ws = selection.workspace()
     chosen, cells = selection.cells(ws)
+    selection.require_cells(ws, cells)
     described = describe_selection(ws, arch=selection.arch, kernel=selection.kernel, cells=cells)
     sides = (a, b)
     for side in sides:   # a typo'd knob would read `same` everywhere (another Python checks its own)

@@ -56,10 +56,15 @@ def bless(selection: Selection, *, options: RunOptions = RunOptions(), lock_time
     """`xisa bless`: accept the current compile as the goldens of the selection (refused when CI is set).
     `record_stages` (`--record-stages`): accept nothing; add stage fingerprints and source-line tables to
     unchanged cells' goldens."""
+    from xisa.api.check import unused_goldens
     from xisa.golden.bless import refuse_in_ci
 
     refuse_in_ci()
     ws = selection.workspace()
+    chosen, cells = selection.cells(ws)
+    # a filter that selects nothing blesses nothing, unless goldens are left there (bless removes them)
+    selection.require_cells(ws, cells, goldens_left=lambda: bool(unused_goldens(ws, chosen, [],
+                                                                                kernel_filters=selection.kernel)))
     run = compile_selection(ws, selection, options=options, progress=progress)
     kernel = selection.kernel
     upgrade = toolchain_upgrade(ws, run, kernel_filters=kernel)   # before the goldens it compares with are rewritten

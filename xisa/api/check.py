@@ -39,7 +39,10 @@ def check(selection: Selection, *, base: str | None = None, compile_base: bool =
     ws = selection.workspace()
     validate_scopes(selection.scope, ws)
     refuse_live_timings(selection, ws)
-    _, whole = selection.cells(ws, sharded=False)   # every shard's cells: what `xisa merge` must get back
+    chosen, whole = selection.cells(ws, sharded=False)   # every shard's cells: what `xisa merge` must get back
+    # a filter that selects nothing is no pass, unless goldens are left there to report as unused
+    selection.require_cells(ws, whole, goldens_left=lambda: bool(unused_goldens(ws, chosen, [],
+                                                                                kernel_filters=selection.kernel)))
     plan = selection.shard_plan(whole)   # and how they are split, so that it can tell each shard's part
     described = describe_selection(ws, arch=selection.arch, kernel=selection.kernel, cells=whole,
                                    shard_plan=plan.to_json() if plan is not None else None)

@@ -57,6 +57,7 @@ def export(selection: Selection, *, output: Path, deploy_dir: Path | None = None
     final_dir, deploy = _destinations(output, deploy_dir, tar)
     ws = selection.workspace()
     chosen, cells = selection.cells(ws)
+    selection.require_cells(ws, cells)
     if not cells:
         raise UsageError("selects no cell", field="--arch/--kernel", fix="see `xisa kernels` for the cells")
     check, verdicts = _judge(selection, ws, cells, options)

@@ -136,6 +136,7 @@ def compile(selection: Selection, *, options: RunOptions, emit: Path | None = No
 
     ws = open_workspace(spec=selection.spec)
     chosen, cells = selection.cells(ws)
+    selection.require_cells(ws, cells)
     if emit is not None:
         options = dataclasses.replace(options, keep_stages=True)
     run = compile_cells(ws, chosen, cells, options=options, progress=progress)

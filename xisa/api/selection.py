@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,19 @@ class Selection:
             cells = [c for c in cells if plan.shard_of(c.id) == index]
         return chosen, cells
 
+    def require_cells(self, ws: Workspace, cells: list[Cell], *,
+                      goldens_left: Callable[[], bool] | None = None) -> None:
+        """Refuse an --arch or --kernel that selects no cell (exit 2, one line naming the filter that matched
+        nothing and what does have cells): a check of nothing must not pass. `cells` is the whole selection (every
+        shard's). A selection without filters passes (a project with no cells has nothing to do), and so does one
+        whose targets and kernels still hold goldens (`goldens_left()` true: the check reports them as unused,
+        bless removes them)."""
+        if cells or not (self.arch or self.kernel):
+            return
+        _, everything = ws.select()
+        if everything and not (goldens_left is not None and goldens_left()):
+            raise nothing_selected(ws, self.arch, self.kernel, everything)
+
     def location_args(self) -> list[str]:
         """`--spec` and `--golden` as given: what a suggested command repeats to mean the same project."""
         words = [word for path in self.spec or [] for word in ("--spec", str(path))]
@@ -76,3 +90,34 @@ class Selection:
         words = [word for name in self.arch or [] for word in ("--arch", name)]
         words += [word for name in self.kernel or [] for word in ("--kernel", name)]
         return words + [word for path in self.spec or [] for word in ("--spec", str(Path(path).resolve()))]
+
+
+def _listed(names, limit: int = 12) -> str:
+    names = sorted(set(names))
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _quoted(values: list[str]) -> str:
+    """--arch or --kernel values as given, each as a shell would take it back."""
+    return " ".join(shlex.quote(v) for v in values)
+
+
+def nothing_selected(ws: Workspace, arch: list[str] | None, kernel: list[str] | None,
+                     everything: list[Cell]) -> UsageError:
+    """The error for filters that together select no cell: the filter to blame (an --arch none of whose targets
+    has a cell, a --kernel matching no case, or the two together) and what exists instead."""
+    by_arch = ws.select(arch=arch)[1] if arch else everything
+    by_kernel = ws.select(kernel=kernel)[1] if kernel else everything
+    with_cells = _listed(c.target.name for c in everything)
+    if arch and not by_arch:
+        chosen = [t.name for t in ws.select(arch=arch)[0]]
+        named = f"{'targets' if len(chosen) > 1 else 'target'} {_listed(chosen)}"
+        return UsageError(f"{_quoted(arch)} selects no cell: no case of the specs runs on {named}",
+                          field="--arch", fix=f"the targets with cells: {with_cells}")
+    if kernel and not by_kernel:
+        return UsageError(f"{_quoted(kernel)} selects no cell: no kernel:case matches it", field="--kernel",
+                          fix=f"the cases: {_listed(f'{c.kernel.name}:{c.case}' for c in everything)}")
+    return UsageError(f"--arch {_quoted(arch or [])} with --kernel {_quoted(kernel or [])} selects no cell: the "
+                      f"cases --kernel matches run on {_listed(c.target.name for c in by_kernel)}",
+                      field="--arch", fix="pick one of those targets, or another --kernel")

@@ -85,6 +85,7 @@ def plan_shards(selection: Selection, *, count: int | None = None, max_wall_seco
         raise UsageError(f"{cores} is not a number of cores", field="--cores", fix="e.g. --cores 4")
     ws = selection.workspace()
     _, cells = selection.cells(ws, sharded=False)
+    selection.require_cells(ws, cells)
     if not cells:
         raise UsageError("the selection has no cells", field="--kernel", fix="check --arch, --kernel and --spec")
     ids = [cell.id for cell in cells]
