@@ -208,8 +208,10 @@ def run_steps(adopters: list[Adopter], unrelated: str | None) -> list[list[tuple
     for adopter in adopters:
         adopter.seconds = json.loads((adopter.cache / "timings.json").read_text())
         adopter.leave_out_refused(adopter.targets)
-        if adopter.xisa("bless", *adopter.arch).returncode != 0:
-            sys.exit("bench: bless failed")
+        blessed = adopter.xisa("bless", *adopter.arch)
+        if blessed.returncode != 0:
+            sys.exit(f"bench: bless failed ({adopter.env['PYTHONPATH'].split(os.pathsep)[0]}, exit "
+                     f"{blessed.returncode}): {blessed.stderr[-3000:]}")
     step("warm check", 0)
     originals = []
     for adopter in adopters:

@@ -6,6 +6,10 @@ cell as a load for that target alone would."""
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -310,3 +314,37 @@ def test_a_platform_answer_torch_itself_keeps_is_each_targets(tmp_path, fresh_wo
         alone.update(_compiled(root, tmp_path / f"alone-{target}", jobs=1, only=target))
     for order in (targets, tuple(reversed(targets))):
         assert _compiled(root, tmp_path / f"mixed-{order[0]}", jobs=1, order=order) == alone, order
+
+
+TORCH_REGISTERS = """import torch
+import triton
+import triton.language as tl
+import torch._inductor.kernel.mm   # inductor's config reads torch.version.hip at import; its templates register
+
+
+@triton.jit
+def kern(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, tl.load(x_ptr + r) * 2.0)
+"""
+
+
+def test_a_module_of_torch_that_asked_at_import_is_not_imported_again(tmp_path):
+    """fla's `fla.modules` imports torch's inductor, whose config reads torch.version.hip at import: importing those
+    modules of torch anew for the next target failed (`duplicate template name`, `torch._dynamo has no attribute
+    decorators`), and every fla cell of that kernel after a worker's first target was an error. Each in a fresh
+    process, as a worker is."""
+    root = write_files(_project(tmp_path / "p", READS["helper"], ("gfx942", "sm_90")),
+                       {"kernels/vendor.py": TORCH_REGISTERS})
+    for order in (("gfx942", "sm_90", "gfx942"), ("sm_90", "gfx942", "sm_90")):
+        code = ("import sys, json\nfrom xisa.api import Selection, open_workspace\n"
+                "from xisa.compile.launch.warm import import_compile_modules\nimport_compile_modules()\n"
+                "from xisa.compile.cell import compile_cell\nws = open_workspace()\n"
+                "cells = {c.target.name: c for c in Selection().cells(ws)[1]}\n"
+                f"out = [compile_cell(cells[t], roots=list(ws.project.kernel_roots)) for t in {order!r}]\n"
+                "print(json.dumps([[r.target, r.status, r.error] for r in out]))\n")
+        done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                              env={**os.environ, "XISA_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results = json.loads(done.stdout.strip().splitlines()[-1])
+        assert [status for _, status, _ in results] == ["ok"] * 3, results

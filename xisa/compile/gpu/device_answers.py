@@ -176,8 +176,11 @@ class DeviceAnswers:
 
 def _asking_packages() -> set[str]:
     """The top packages of the frames between a device query and the xisa code that loads or compiles (modules
-    being imported, heuristics running): those that may keep what they were told."""
+    being imported, heuristics running): those that may keep what they were told. A module of torch is named
+    instead (`torch.utils._triton`), the innermost one only: torch is never imported anew, its caches are cleared
+    (`clear_torch_caches`)."""
     packages = set()
+    torch_seen = False
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_globals.get("__name__") or ""
@@ -187,19 +190,33 @@ def _asking_packages() -> set[str]:
             break   # the loader or binder that started this: nothing further out is part of the load
         if top and top not in _NOT_ASKERS and top not in ENVIRONMENT_PACKAGES and top not in sys.stdlib_module_names:
             packages.add(top)
-        elif top == "torch" and "." in name and not name.startswith(_TORCH_CORE):
-            packages.add(name)   # a module of torch that keeps what it read (torch.utils._triton's caches): by name
+        elif top == "torch" and "." in name and not name.startswith(_TORCH_CORE) and not torch_seen:
+            packages.add(name)   # the module of torch whose code asked (outer ones are only importing it)
+            torch_seen = True
         frame = frame.f_back
     return packages
 
 
-# torch's own modules that answer (patched above) or are torch itself: never imported anew. Any other module of torch
-# whose code asked (`torch.utils._triton.has_triton_tma_device`, a functools.cache over the capability; inductor's
-# `IS_ROCM` at import) keeps the first target's answer, so each load imports its own copy
-# (`xisa.compile.worker.state.WorkerState.learn_device_packages`).
+# torch's own modules that answer (patched above) or are torch itself. Another module of torch whose code asked
+# (`torch.utils._triton.has_triton_tma_device`, a functools.cache over the capability) keeps the first target's answer
+# in its caches, cleared whenever the target changes (`clear_torch_caches`). torch's modules are never imported anew:
+# they register themselves with torch at import (inductor's templates, dynamo's hooks), and a second import fails
+# (fla's `fla.modules` then failed to import for every target after the first). A value one computes at import
+# (inductor's config defaults under `torch.version.hip`) stays the first target's: docs/platform.md.
 _TORCH_CORE = ("torch.cuda", "torch.version", "torch.accelerator", "torch._C", "torch.backends", "torch.overrides",
                "torch.nn", "torch.autograd", "torch.library", "torch._ops", "torch._tensor", "torch.functional",
                "torch.random", "torch.types", "torch.utils._device", "torch.utils._contextlib", "torch.serialization")
+
+
+def clear_torch_caches(modules: set[str]) -> None:
+    """Forget what the functions of these modules of torch cached (functools.cache, lru_cache): they asked the device
+    for another target."""
+    for name in sorted(modules):
+        module = sys.modules.get(name)
+        for value in list(vars(module).values()) if module is not None else ():
+            # by type, never getattr: a module's objects answer any attribute (inductor's op handlers warn)
+            if isinstance(value, functools._lru_cache_wrapper) and getattr(value, "__module__", None) == name:
+                value.cache_clear()
 
 
 class _TritonProperties(Mapping):

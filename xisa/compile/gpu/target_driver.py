@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xisa.capture_site._xisa_capture_hook import spec_from_other_finders
-from xisa.compile.gpu.device_answers import DeviceAnswers, UnansweredDeviceQuery, current_answers, torch_answers
+from xisa.compile.gpu.device_answers import (DeviceAnswers, UnansweredDeviceQuery, clear_torch_caches, current_answers,
+                                            torch_answers)
 from xisa.compile.worker.platform_facts import DEVICE, GPU_TARGET
 
 
@@ -112,6 +113,7 @@ def target_driver(target) -> Iterator[LoadTargetDriver]:
     from triton.runtime.driver import driver
 
     saved = driver._active
+    _torch_caches_for(target)
     stand_in = LoadTargetDriver(target)
     driver.set_active(stand_in)
     refused: UnansweredDeviceQuery | None = None
@@ -130,6 +132,16 @@ def target_driver(target) -> Iterator[LoadTargetDriver]:
     refused = refused or _first(stand_in.answers.refused)
     if refused is not None:
         raise refused.error from None
+
+
+def _torch_caches_for(target) -> None:
+    """torch's modules that asked keep what they cached for the target they last answered: cleared for another."""
+    from xisa.compile.worker.state import WORKER
+
+    name = getattr(target, "name", None)
+    if name is not None and name != WORKER.torch_answered:
+        clear_torch_caches(WORKER.torch_askers)
+        WORKER.torch_answered = name
 
 
 def _first(refused: list[UnansweredDeviceQuery]) -> UnansweredDeviceQuery | None:

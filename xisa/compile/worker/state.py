@@ -71,10 +71,17 @@ class WorkerState:
     # keep the answers (module globals, functools.cache), so every load imports them anew. Kept by `reset`: it is
     # what those packages do, not a load.
     device_packages: set[str] = field(default_factory=set)
+    # Modules of torch whose code asked the device (`torch.utils._triton`): their caches are cleared when the target
+    # changes (`xisa.compile.gpu.device_answers.clear_torch_caches`); the target they last answered for.
+    torch_askers: set[str] = field(default_factory=set)
+    torch_answered: str | None = None
 
     def learn_device_packages(self, packages: set[str]) -> None:
         """Packages newly seen asking the device: the loads made so far may share their modules (with answers
-        for one target in them), so all but the compile under way are forgotten and load again."""
+        for one target in them), so all but the compile under way are forgotten and load again. Modules of torch
+        are kept apart: never loaded anew, their caches cleared when the target changes."""
+        self.torch_askers |= {name for name in packages if name.startswith("torch.")}
+        packages = {name for name in packages if not name.startswith("torch.")}
         new = packages - self.device_packages
         if not new:
             return
