@@ -140,6 +140,8 @@ class Adopter:
         for (kernel, case), gone in refused.items():
             spec = self.project / "captured" / f"{kernel}.yaml"
             kept = ", ".join(t for t in targets if t not in gone)
+            if not kept:
+                sys.exit(f"bench: {kernel}:{case} is refused by every target: {self.errors}")
             replace_once(spec, f"  - name: {case}\n", f"  - name: {case}\n    targets: [{kept}]\n")
 
 
