@@ -67,6 +67,7 @@ def _plant(how: str, golden_dir: Path, outside: Path) -> Path:
 PLANTS = ["kernel-folder", "case-folder", "yaml-file", "stream-file", "pending-file", "lock-file", "golden-folder"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("how", PLANTS)
 def test_bless_and_check_refuse_a_link_in_the_golden_folder(tmp_path, monkeypatch, how):
     golden_dir, _ = _old_goldens(tmp_path, monkeypatch)
@@ -91,6 +92,7 @@ def test_bless_and_check_refuse_a_link_in_the_golden_folder(tmp_path, monkeypatc
     assert snapshot(golden_dir) == before_golden and os.path.islink(link)
 
 
+@pytest.mark.unit
 def test_a_link_inside_the_golden_folder_is_refused_too(tmp_path, monkeypatch):
     """A link from one kernel folder to another would make bless rewrite the other kernel's goldens."""
     golden_dir, old = _old_goldens(tmp_path, monkeypatch)
@@ -118,6 +120,7 @@ def test_cli_refuses_a_golden_linked_outside_the_project(run_xisa, tinyproj, tmp
         assert snapshot(outside) == before, command
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", ["bless", "check"])
 def test_a_link_on_the_way_to_the_golden_folder_is_refused(run_xisa, tinyproj, tmp_path, command):
     """`[tool.xisa] golden = "data/golden"` with `data` a committed link leading out of the project: bless

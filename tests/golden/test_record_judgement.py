@@ -18,6 +18,8 @@ from xisa.golden.verdict import build_report
 
 from support import RECORD_BASE, RECORD_MUTATIONS, RECORD_TOOLCHAIN, with_analysis
 
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
+
 TOOLCHAIN = RECORD_TOOLCHAIN
 BASE = RECORD_BASE
 MUTATIONS = RECORD_MUTATIONS
