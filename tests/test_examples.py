@@ -369,6 +369,7 @@ def test_the_validator_can_fail(line, expected):
         assert problems and expected in problems[0]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("event, merge, gate, expected", [
     ("pull_request", "0", "0", 0), ("pull_request", "1", "0", 0),   # the PR is judged by the gate against its base
     ("pull_request", "0", "1", 1), ("pull_request", "2", "0", 2), ("pull_request", "0", "", 2),

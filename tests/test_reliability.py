@@ -135,7 +135,6 @@ SPEC_CASES = {
 }
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
 def test_bad_spec_or_project_file(run_xisa_in_process, tinyproj, case):
     name, old, new, needles = SPEC_CASES[case]
@@ -179,7 +178,6 @@ OPTION_CASES = {
 }
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("case", sorted(OPTION_CASES))
 def test_bad_command_line(run_xisa_in_process, tinyproj, case):
     args, needles = OPTION_CASES[case]
@@ -496,7 +494,6 @@ def _assert_old_or_new(golden_dir: Path, old: dict[str, bytes]) -> tuple[int, in
     return n_old, n_new
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("fail_at", ["write", "rename"])
 def test_full_disk_during_bless_keeps_every_golden_whole(tmp_path, monkeypatch, fail_at):
     golden_dir, old = _old_goldens(tmp_path, monkeypatch)

@@ -71,7 +71,6 @@ def test_a_fresh_adoption_commits_one_small_file_per_cell_with_every_judged_fiel
         assert len(record["lines_sha256"]) == 64
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
 def test_a_compact_golden_is_as_strict_as_a_full_one(tmp_path, mutation):
     """Whatever field of the record differs (the code object alone, a section, an option, ...), the compact

@@ -67,7 +67,6 @@ def _plant(how: str, golden_dir: Path, outside: Path) -> Path:
 PLANTS = ["kernel-folder", "case-folder", "yaml-file", "stream-file", "pending-file", "lock-file", "golden-folder"]
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("how", PLANTS)
 def test_bless_and_check_refuse_a_link_in_the_golden_folder(tmp_path, monkeypatch, how):
     golden_dir, _ = _old_goldens(tmp_path, monkeypatch)

@@ -18,8 +18,6 @@ from xisa.golden.verdict import build_report
 
 from support import RECORD_BASE, RECORD_MUTATIONS, RECORD_TOOLCHAIN, with_analysis
 
-pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
-
 TOOLCHAIN = RECORD_TOOLCHAIN
 BASE = RECORD_BASE
 MUTATIONS = RECORD_MUTATIONS
@@ -47,6 +45,7 @@ def test_whatever_bless_would_rewrite_check_calls_changed(tmp_path, monkeypatch,
     assert verdict.delta is not None and verdict.delta.fields
 
 
+@pytest.mark.unit
 def test_a_side_table_alone_changes_neither_verdict_nor_golden(tmp_path, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     moved = _changed(BASE, stages={"ttir": "f" * 64},
@@ -55,6 +54,7 @@ def test_a_side_table_alone_changes_neither_verdict_nor_golden(tmp_path, monkeyp
     assert verdict.verdict == "same" and not outcome.written and outcome.unchanged
 
 
+@pytest.mark.unit
 def test_an_unchanged_stream_with_another_code_object_names_the_section(tmp_path, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     verdict, _ = _judge(tmp_path, MUTATIONS["a code section"])

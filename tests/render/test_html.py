@@ -177,7 +177,6 @@ def test_register_abstracted_diff_shows_only_the_changed_instructions():
         _report([_verdict("k", "c", "gfx942", changed=True)]))).group(1))["register_diff"] is None
 
 
-@pytest.mark.unit
 @given(st.lists(st.sampled_from("abcd"), max_size=40), st.lists(st.sampled_from("abcd"), max_size=40))
 @settings(max_examples=300, deadline=None)
 def test_diff_opcodes_rebuild_the_head_and_keep_at_least_difflibs_matches(base, head):

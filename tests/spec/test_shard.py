@@ -89,7 +89,6 @@ print(json.dumps({cid: plan.shard_of(cid) for cid in ids}, sort_keys=True))
 """
 
 
-@pytest.mark.unit
 def test_the_split_is_the_same_in_every_process_and_hash_seed():
     runs = set()
     for seed in ("0", "1", "12345", "random"):
