@@ -1,10 +1,11 @@
 """Shared fixtures: a small project of our own kernels, and a way to run the real `xisa` command. What tests
-share that is not a fixture is tests/support.py's."""
+share that is not a fixture is tests/support.py's. The unit tier's rules are here too (`pytest -m unit`, below)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -109,3 +110,39 @@ def pytest_collection_modifyitems(config, items):
     started first, as xisa's own pool starts the slowest cells first: at the end of the queue one of them
     would run alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)   # stable: the rest keep their order
+
+
+# --- the unit tier: `python -m pytest -m unit`, the tests marked `unit` (pyproject.toml's markers). They need no
+# compile, and neither Triton nor torch: this file, tests/support.py and what they import import neither. A module is in
+# the tier by naming the mark (`pytestmark = pytest.mark.unit`, or `@pytest.mark.unit` on some of its tests), never by
+# its folder: a run of the tier does not import the other modules (some import torch at the top), and it hides Triton
+# and torch from its tests and from every process they start (tests/without_triton), so that a unit test that reaches
+# for either fails ("No module named 'triton'") where both are installed too. tests/test_unit_tier.py runs the tier
+# that way as part of the whole suite.
+
+UNIT_MARK = "pytest.mark.unit"
+WITHOUT_TRITON = Path(__file__).parent / "without_triton"
+
+
+def _unit_tier_only(config) -> bool:
+    return " ".join((config.getoption("markexpr") or "").split()) == "unit"
+
+
+def _hide_triton_and_torch() -> None:
+    spec = importlib.util.spec_from_file_location("without_triton", WITHOUT_TRITON / "sitecustomize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.hide()
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WITHOUT_TRITON), os.environ.get("PYTHONPATH")]))
+
+
+def pytest_configure(config):
+    if _unit_tier_only(config):
+        _hide_triton_and_torch()
+
+
+def pytest_ignore_collect(collection_path, config):
+    if (_unit_tier_only(config) and collection_path.suffix == ".py" and collection_path.name.startswith("test_")
+            and UNIT_MARK not in collection_path.read_text()):
+        return True
+    return None

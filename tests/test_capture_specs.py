@@ -301,6 +301,7 @@ def test_defaults_that_would_change_a_new_launch_and_another_kernels_spec_are_re
 
 # ------------------------------------------------------------------ the pure parts
 
+@pytest.mark.unit
 def test_cases_are_appended_at_the_lists_own_indentation_and_nothing_else_moves():
     text = ("# top\nname: k\nsource: k.py\nfunction: k\ncases:\n- name: a   # mine\n  args: {n: 1}\n"
             "  expect:\n    '*': {instructions: '>0'}\n# after the cases\ndefaults: {}\n")
@@ -312,6 +313,7 @@ def test_cases_are_appended_at_the_lists_own_indentation_and_nothing_else_moves(
         append_cases("name: k\ncases: [{name: a}]\n", [block], shown="k.yaml")
 
 
+@pytest.mark.unit
 def test_paths_are_shown_relative_to_the_project_site_packages_or_home_and_else_by_their_last_parts(tmp_path):
     import sysconfig
 
@@ -377,6 +379,7 @@ def test_an_importable_module_outside_the_project_is_named_and_one_found_only_at
     assert "a folder the program put on sys.path at run time" in (root / "captured" / "added_copy.yaml").read_text()
 
 
+@pytest.mark.unit
 def test_a_kernel_of_a_package_installed_in_the_projects_own_venv_is_named_by_its_module(tmp_path):
     """Issue 38, item 2: with `.venv` in the project root, as the README's set-up makes it, every captured spec was
     written as `source: ../.venv/lib/python3.11/site-packages/...`, and a fresh clone of the project failed at once."""

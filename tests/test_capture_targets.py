@@ -140,6 +140,7 @@ def test_the_order_of_the_targets_does_not_change_a_byte_and_a_glob_selects_them
     assert yaml.safe_load(_texts(third)["amd_only.yaml"])["cases"][0]["targets"] == ["gfx942", "gfx942-mi308x"]
 
 
+@pytest.mark.unit
 def test_several_targets_to_answer_as_need_no_run(tmp_path, run_xisa_in_process):
     """A launch that runs, runs on this machine's GPU as one target: recording it as several would be false."""
     (tmp_path / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["captured"]\n')
@@ -167,6 +168,7 @@ BACKENDS = {"gfx942": "hip", "gfx950": "hip", "sm_90": "cuda"}
 OWNERS = {"kpack": {"hip"}, "waves_per_eu": {"hip"}, "num_warps": {"hip", "cuda"}}
 
 
+@pytest.mark.unit
 def test_launches_are_matched_by_where_they_were_made_not_by_their_constexprs():
     """The same call site binds another NUM_SMS on each target: one case, the value per target. Two launches from one
     site are matched in the order each target made them."""
@@ -183,6 +185,7 @@ def test_launches_are_matched_by_where_they_were_made_not_by_their_constexprs():
     assert all(m["launched_on"] == ["gfx942", "sm_90"] for m in merged)
 
 
+@pytest.mark.unit
 def test_an_autotuners_config_is_shared_whole_or_set_per_target():
     """The config each target's pruning kept: one `config:` where equal, else each target's whole in its override."""
     small, large = {"kwargs": {"BK": 16}, "options": {"num_warps": 4}}, {"kwargs": {"BK": 32}, "options": {"num_warps": 4}}
@@ -196,6 +199,7 @@ def test_an_autotuners_config_is_shared_whole_or_set_per_target():
     assert merged["autotune"] == small and merged["per_target"] == {} and merged["launched_on"] is None
 
 
+@pytest.mark.unit
 def test_a_merge_is_the_same_in_any_order_of_targets_and_one_target_is_a_plain_capture():
     gfx = [_record("s1", constexprs={"N": 304}, target="gfx942"), _record("s2", target="gfx942")]
     sm = [_record("s3"), _record("s1", constexprs={"N": 132})]
@@ -208,6 +212,7 @@ def test_a_merge_is_the_same_in_any_order_of_targets_and_one_target_is_a_plain_c
     assert alone == sm
 
 
+@pytest.mark.unit
 def test_an_option_of_one_backend_is_compared_on_that_backends_targets_only():
     """Host code passing `kpack=2` on AMD only is not a difference on sm_90 (CUDA has no kpack): the case stays for
     every target, kpack under the AMD targets' glob as a one-target capture writes it."""
@@ -221,6 +226,7 @@ def test_an_option_of_one_backend_is_compared_on_that_backends_targets_only():
     assert merged["per_target"] == {} and merged["launched_on"] is None
 
 
+@pytest.mark.unit
 def test_a_launch_a_target_made_elsewhere_too_is_not_a_second_case_for_it():
     """sm_90 makes the same specialization from two sites (its dedup keeps one record per site), gfx942 another value
     at the second: gfx942's own launch at the second site is a case for gfx942 only, sm_90's is covered already."""
@@ -234,6 +240,7 @@ def test_a_launch_a_target_made_elsewhere_too_is_not_a_second_case_for_it():
         ({"N": 1}, {}, None), ({"N": 2}, {}, ["gfx942"])]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("ran_on, answered, unproven", [(["sm_90"], [], ["gfx942", "sm_80"]),
                                                        ([], ["gfx942", "sm_90"], ["sm_80"]), ([], [], [])])
 def test_a_capture_names_the_targets_whose_values_it_did_not_observe(ran_on, answered, unproven):

@@ -260,6 +260,7 @@ def test_a_config_the_autotuner_does_not_list_is_a_note_not_a_case(tmp_path):
     assert "a launch was not recorded" in note and "none of its 3 configs" in note and "BLOCK: 256" in note
 
 
+@pytest.mark.unit
 def test_a_benchmark_policy_without_running_is_refused(tmp_path, run_xisa_in_process):
     result = run_xisa_in_process("capture", "--no-check", "--no-run", "--config-policy", "bench", "--", sys.executable, "-c", "1",
                                  cwd=tmp_path)
@@ -355,6 +356,7 @@ def test_no_run_answers_the_programs_device_queries_as_a_gpu(tmp_path, run_xisa,
     assert f"answered as {answer_as or 'sm_90'}'s GPU" in out.err
 
 
+@pytest.mark.unit
 def test_an_unknown_target_to_answer_as_is_refused_before_the_command_runs(tmp_path, run_xisa_in_process):
     (tmp_path / "pyproject.toml").write_text('[tool.xisa]\nspecs = ["captured"]\n')
     marker = tmp_path / "ran"

@@ -82,6 +82,7 @@ def _step(job, name_start: str) -> dict:
     return next(step for step in _steps(job) if step.get("name", "").startswith(name_start))
 
 
+@pytest.mark.unit
 def test_workflow_structure():
     wf = _load(WORKFLOW)
     on = wf.get("on", wf.get(True))                      # YAML 1.1 reads a bare `on` as true
@@ -120,6 +121,7 @@ def test_workflow_structure():
     assert any(s.get("with", {}).get("name") == "xisa-plan" for s in _steps(jobs["check"]))
 
 
+@pytest.mark.unit
 def test_no_failure_is_hidden():
     """`continue-on-error` hid a comment GitHub refused (over 65,536 characters): no step may carry it."""
     wf = _load(WORKFLOW)
@@ -127,6 +129,7 @@ def test_no_failure_is_hidden():
     assert all("continue-on-error" not in step for job in wf["jobs"].values() for step in _steps(job))
 
 
+@pytest.mark.unit
 def test_the_cache_key_is_the_configured_inputs_digest():
     """Not `hashFiles('kernels/**', ...)`: a `src/` layout, `pythonpath` helpers and `module:` packages moved no key.
     One key from `xisa cache key`, computed once by the plan; the shards restore it, the gate saves it."""
@@ -146,6 +149,7 @@ def test_the_cache_key_is_the_configured_inputs_digest():
     assert timings["with"]["restore-keys"] == "xisa-timings-"
 
 
+@pytest.mark.unit
 def test_the_readme_says_what_the_workflow_does():
     """The PR gate page's figures for the matrix and the key are the workflow's."""
     wf = _load(WORKFLOW)
@@ -166,6 +170,7 @@ def _run_step(tmp_path: Path, script: str, env: dict[str, str], stubs: dict[str,
                           timeout=60)
 
 
+@pytest.mark.unit
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq (on GitHub's runners) is not installed here")
 def test_the_plan_step_sizes_the_matrix_from_xisa_shards(tmp_path):
     script = _step(_load(WORKFLOW)["jobs"]["plan"], "Size the matrix")["run"]
@@ -182,6 +187,7 @@ def test_the_plan_step_sizes_the_matrix_from_xisa_shards(tmp_path):
     assert calls[5:9] == ["--timings", "xisa-timings.json", "--format", "json"]
 
 
+@pytest.mark.unit
 def test_the_project_package_is_installed_with_the_pins_held(tmp_path):
     wf = _load(WORKFLOW)
     for job in wf["jobs"].values():
@@ -196,6 +202,7 @@ def test_the_project_package_is_installed_with_the_pins_held(tmp_path):
             assert calls == (["install", "-e", ".", "triton==3.8.0", "torch==2.13.0"] if installs else [])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("case", ["posted", "gh-fails", "fork", "too-long", "shards-do-not-add-up"])
 def test_the_comment_is_posted_or_the_step_fails_loudly(tmp_path, case):
     script = _step(_load(WORKFLOW)["jobs"]["gate"], "Post or update")["run"]
@@ -226,6 +233,7 @@ def test_the_comment_is_posted_or_the_step_fails_loudly(tmp_path, case):
         assert proc.returncode == 1 and calls == [] and "over GitHub's 65,536-character limit" in proc.stdout
 
 
+@pytest.mark.unit
 def test_the_gate_runs_whatever_files_a_pull_request_touches():
     """A `paths:` filter skipped the whole workflow for a PR that edits only a helper module outside
     kernels/ (`src/mylib/helpers.py`, imported by every kernel): its machine code changed, no gate ran."""
@@ -234,6 +242,7 @@ def test_the_gate_runs_whatever_files_a_pull_request_touches():
         assert not {"paths", "paths-ignore"} & set(on[event]), on[event]
 
 
+@pytest.mark.unit
 def test_workflow_installs_xisa_and_the_goldens_toolchain_pinned():
     """xisa, the goldens' Triton and a CPU torch, each pinned; the project's own package only after them, in a
     step of its own, with the pins repeated so that its requirements cannot move Triton (it let pip pick
@@ -284,6 +293,7 @@ def _run_gate_step(tmp_path: Path, body: str, code: int) -> tuple[dict[str, list
     return calls, output.read_text(), work
 
 
+@pytest.mark.unit
 def test_gate_step_passes_the_declared_scopes_and_the_base_ref(tmp_path):
     body = ("Tune the gfx11 decode path.\r\n\r\nxisa-scope: gfx11*\r\nxisa-scope:   gfx942:sparse_mla\r\n"
             "not a scope: sm_90\r\nxisa-scope: $(touch pwned)\r\n")
@@ -295,6 +305,7 @@ def test_gate_step_passes_the_declared_scopes_and_the_base_ref(tmp_path):
     assert output == "code=1\n" and not (work / "pwned").exists()     # the PR body is data, never run
 
 
+@pytest.mark.unit
 def test_gate_step_without_a_scope_and_when_the_gate_cannot_judge(tmp_path):
     calls, output, work = _run_gate_step(tmp_path, "no scope declared", code=2)
     assert calls["diff"] == ["diff", "--base", "origin/main", "--format", "markdown", "--max-chars", "60000", "--output",
@@ -304,6 +315,7 @@ def test_gate_step_without_a_scope_and_when_the_gate_cannot_judge(tmp_path):
     assert "could not judge this PR (exit 2)" in comment and "xisa: error: stub says no" in comment
 
 
+@pytest.mark.unit
 def test_pre_commit_hook_structure():
     hooks = _load(HOOKS)
     assert isinstance(hooks, list) and len(hooks) == 1
@@ -357,6 +369,7 @@ def test_the_validator_can_fail(line, expected):
         assert problems and expected in problems[0]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("event, merge, gate, expected", [
     ("pull_request", "0", "0", 0), ("pull_request", "1", "0", 0),   # the PR is judged by the gate against its base
     ("pull_request", "0", "1", 1), ("pull_request", "2", "0", 2), ("pull_request", "0", "", 2),

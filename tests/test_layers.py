@@ -9,10 +9,15 @@ runs in a captured program with only sys). An import from a later layer into an 
 modules, fails here with the offending line. No module is placed by its name.
 """
 import ast
+import functools
 import tomllib
 from pathlib import Path
 
+import pytest
+
 import xisa
+
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
 
 PACKAGE = Path(xisa.__file__).resolve().parent
 FOLDERS = ["analyze", "spec", "compile", "golden", "device", "render", "api", "cli", "capture_site"]
@@ -61,6 +66,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache   # each file is parsed once: the climb check asks of a target once per import of it
 def imports_of(path: Path) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):

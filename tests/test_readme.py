@@ -17,6 +17,7 @@ def readme_commands() -> list[str]:
     return re.findall(r"```bash\n(.+?)\n```", setup, flags=re.S)
 
 
+@pytest.mark.unit
 def test_two_setup_commands_main_job_and_tests():
     main, tests = readme_commands()
     assert main.startswith("python3 -m venv .venv") and main.endswith("xisa check")
@@ -26,6 +27,7 @@ def test_two_setup_commands_main_job_and_tests():
         assert "triton==3.8.0" in command    # the toolchain the goldens are made with
 
 
+@pytest.mark.unit
 def test_ci_runs_the_readme_test_command_and_the_isolation_check():
     ci = (REPO / ".ci" / "run").read_text()
     _, tests = readme_commands()
@@ -33,6 +35,7 @@ def test_ci_runs_the_readme_test_command_and_the_isolation_check():
     assert "xisa check" in ci.split(tests, 1)[1]
 
 
+@pytest.mark.unit
 def test_what_the_torch_pin_does_is_said_as_it_is():
     """The README said the pin means pip "never resolves" a CUDA build: true only where the index serves the CPU
     wheel (PyPI's x86-64 Linux torch is the CUDA build). It says which index gives which, and how to get the CPU one."""
@@ -89,6 +92,7 @@ def _links(path) -> list[str]:
     return re.findall(r"\]\(([^)\s]+)\)", _prose(path.read_text()))
 
 
+@pytest.mark.unit
 def test_the_readme_is_read_in_ten_minutes():
     lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= 300, len(lines)
@@ -103,12 +107,14 @@ def test_the_readme_is_read_in_ten_minutes():
         assert not re.search(r"(?<![\w.])/(work|root|tmp)/", page.read_text()), page
 
 
+@pytest.mark.unit
 def test_every_docs_page_is_linked_from_the_readme():
     linked = {(REPO / link.split("#")[0]).resolve() for link in _links(REPO / "README.md") if not link.startswith("http")}
     for page in (REPO / "docs").glob("*.md"):
         assert page.resolve() in linked, f"docs/{page.name} is not linked from the README"
 
 
+@pytest.mark.unit
 def test_every_link_resolves():
     problems = []
     for page in PAGES:
@@ -214,6 +220,7 @@ def test_every_command_block_parses_and_names_real_commands():
     assert xisa_lines > 50           # the checker saw the commands (not a regex that matches nothing)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("words,bad", [
     (["xisa", "check", "--scope", "x"], False),
     (["xisa", "cache", "key", "--list"], False),
@@ -227,6 +234,7 @@ def test_the_command_checker_fails_on_what_does_not_exist(words, bad):
     assert bool(_xisa_problems(words)) is bad
 
 
+@pytest.mark.unit
 def test_the_command_finder_sees_every_command_of_a_line():
     script = ("A=1 xisa check --quiet && xisa merge s1.json s2.json   # then\n"
               'echo "key=$(xisa cache key)"\nfor i in 1 2; do xisa check --shard "$i/2"; done\n')

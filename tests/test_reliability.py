@@ -364,6 +364,7 @@ GOLDEN_DAMAGE = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("how", sorted(GOLDEN_DAMAGE))
 def test_damaged_golden_is_a_golden_error(tmp_path, how):
     golden_dir = tmp_path / "golden"
@@ -540,6 +541,7 @@ def test_refused_variable_is_refused_even_with_a_warm_cache(run_xisa, tinyproj, 
     assert snapshot(tinyproj) == before
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("version,ok", [("3.5.1", False), ("3.10.0", False), ("2.3.1", False), ("4.0.0", False),
                                         ("garbage", False), ("3.6.0", True), ("3.8.0", True), ("3.9.1+gitabc", True)])
 def test_check_supported_triton_versions(version, ok):
@@ -552,6 +554,7 @@ def test_check_supported_triton_versions(version, ok):
     assert "fix: pip install triton==3.8.0" in str(info.value) and info.value.exit_code == 2
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("version", ["3.5.0", "3.10.0"])
 def test_cli_refuses_an_unsupported_triton(tinyproj, shared_cache, monkeypatch, capsys, version):
     monkeypatch.chdir(tinyproj)
@@ -613,6 +616,7 @@ def test_the_back_end_store_cold_and_warm_give_the_same_fingerprints(run_xisa, t
 
 # --- 8. security ------------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_yaml_is_loaded_only_through_the_safe_loader(tmp_path):
     marker = tmp_path / "executed"
     for text in (f"name: !!python/object/apply:os.system ['touch {marker}']\n",
@@ -623,6 +627,7 @@ def test_yaml_is_loaded_only_through_the_safe_loader(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kernel,case,target", [("../evil", "c", "gfx942"), ("k", "a/b", "gfx942"),
                                                 ("k", "..", "gfx942"), ("k", "c", "../../x"), ("k", "c", "gfx942/"),
                                                 ("", "c", "gfx942"), ("k", "c\x00", "gfx942")])
@@ -633,6 +638,7 @@ def test_names_are_validated_before_they_become_paths(tmp_path, kernel, case, ta
     assert not (tmp_path / "golden").exists()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("value", ["../x", "a/b", "a\\b", "..", "x..y", "", "c:\\x", 3, None])
 def test_spec_names_refuse_path_characters(value):
     for pattern in (KERNEL_NAME, CASE_NAME):
@@ -641,6 +647,7 @@ def test_spec_names_refuse_path_characters(value):
         assert "no path separators or '..'" in str(info.value)
 
 
+@pytest.mark.unit
 def test_bless_never_writes_outside_the_golden_folder(tmp_path, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     result = _sample_result(kernel="..", case="escape", target="gfx942")
@@ -649,6 +656,7 @@ def test_bless_never_writes_outside_the_golden_folder(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == []
 
 
+@pytest.mark.unit
 def test_refused_environment_variables():
     assert {"TRITON_KERNEL_OVERRIDE", "LLVM_PASS_PLUGIN_PATH", "TRITON_PASS_PLUGIN_PATH", "TRITON_SWAP_MIR",
             "TRITON_ENABLE_ASAN", "TRITON_INTERPRET"} <= set(REFUSED_ENV)
@@ -672,6 +680,7 @@ def test_cache_folder_under_a_regular_file_is_one_clear_error(run_xisa, tinyproj
 
 # --- 7. YAML aliases, merge keys, names and matrices that cannot work ----------------------------------
 
+@pytest.mark.unit
 def test_nested_aliases_are_refused_before_they_expand(tmp_path):
     """The issue's 792-byte spec (nine levels: 387 million values) and a recursive alias: one line each."""
     text = "description:\n" + _nested_aliases(9)
@@ -685,6 +694,7 @@ def test_nested_aliases_are_refused_before_they_expand(tmp_path):
     assert parse_yaml("a: &x [1, 2]\nb: *x\n", path="k.yaml", error=SpecError) == {"a": [1, 2], "b": [1, 2]}
 
 
+@pytest.mark.unit
 def test_merge_keys_fill_in_and_the_mapping_overrides(tmp_path):
     """YAML 1.1 merge keys: the mapping's own keys win, then the merged mappings in the order given."""
     text = ("base: &base {x: 1, y: 2}\nother: &other {y: 9, z: 9}\n"
@@ -706,6 +716,7 @@ def test_merge_keys_fill_in_and_the_mapping_overrides(tmp_path):
         assert needle in str(info.value) and "\n" not in str(info.value), (bad, str(info.value))
 
 
+@pytest.mark.unit
 def test_merge_keys_in_a_spec_resolve_to_the_overridden_values(tmp_path):
     from xisa.spec.cases import build_cells, load_spec
     from xisa.spec.targets import load_targets, select_targets
@@ -720,6 +731,7 @@ def test_merge_keys_in_a_spec_resolve_to_the_overridden_values(tmp_path):
     assert cell.args == {"x_ptr": "*fp32", "n": 1024}
 
 
+@pytest.mark.unit
 def test_a_matrix_too_large_is_refused_before_it_expands(tmp_path):
     from xisa.spec.cases import MAX_CASES_PER_SPEC, load_spec
 
@@ -737,6 +749,7 @@ def test_a_matrix_too_large_is_refused_before_it_expands(tmp_path):
     assert f"more than the {MAX_CASES_PER_SPEC} a spec may have" in message and "fix: drop axes" in message
 
 
+@pytest.mark.unit
 def test_junit_holds_any_message_as_parseable_xml():
     from xml.etree import ElementTree as ET
 

@@ -7,6 +7,8 @@ import pytest
 from xisa.analyze.amdgcn import analyze_amdgcn, base_mnemonic, classify, parse_stream, resources
 from xisa.errors import ParseError
 
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
+
 SNIPPET = """\
 \t.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
 \t.text

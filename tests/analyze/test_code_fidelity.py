@@ -13,6 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 NOINLINE_SOURCE = """\
@@ -218,6 +219,7 @@ def test_goldens_of_another_analyzer_are_reported_as_such_not_as_a_kernel_change
     assert "changed" not in out.out and "isolation violated" not in out.out
 
 
+@pytest.mark.unit
 def test_code_bytes_changed_under_an_unchanged_stream_is_a_change(tmp_path):
     """What the printed text cannot show (a directive LLVM leaves out) still fails the gate."""
     from dataclasses import replace

@@ -58,6 +58,7 @@ def _with(index: int, data: bytes) -> bytes:
     return elf(sections)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("index, data", [
     (0, b"\x01\x02\x03\x05"),                       # an instruction
     (1, b"\x05\0\0\0\x06\0\0\0"),                   # a constant bank the text names by address only
@@ -73,17 +74,20 @@ def test_every_loaded_byte_moves_the_fingerprint_and_names_its_section(index, da
     assert changed == [BASE[index][0]]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("index", [5, 6, 7, 8])
 def test_debug_information_alone_is_left_out(index):
     assert codeobject.code_sha256(elf(BASE)) == codeobject.code_sha256(_with(index, b"/somewhere/else/k.py\0"))
 
 
+@pytest.mark.unit
 def test_the_header_identity_is_fingerprinted():
     """e_flags carries the target ID (AMD: gfx942, xnack, sramecc; NVIDIA: the SM): another target, another code."""
     assert codeobject.code_sha256(elf(BASE, flags=0x4c)) != codeobject.code_sha256(elf(BASE, flags=0x4d))
     assert codeobject.code_sha256(elf(BASE, machine=224)) != codeobject.code_sha256(elf(BASE, machine=190))
 
 
+@pytest.mark.unit
 def test_the_debug_mask_is_names_of_debug_information_only():
     for name in (".debug_info", ".debug_line", ".nv_debug_line_sass", ".rela.debug_frame", ".rel.debug_line",
                  ".nv.merc.debug_line", ".nv.merc.rela.debug_frame", ".nv.merc.nv_debug_ptx_txt"):
@@ -93,6 +97,7 @@ def test_the_debug_mask_is_names_of_debug_information_only():
         assert not codeobject.is_debug_info(name), name
 
 
+@pytest.mark.unit
 def test_a_code_object_without_code_is_a_parse_error():
     with pytest.raises(ParseError, match="no executable section"):
         codeobject.code_sha256(elf([s for s in BASE if s is not CODE]))
@@ -187,6 +192,7 @@ def test_a_debug_kernel_names_its_source_path_in_its_data_so_a_move_is_a_change(
         assert set(codeobject.changed_sections(digests_a, digests_b)) & {".rodata", ".nv.global.init"}
 
 
+@pytest.mark.unit
 def test_ptxas_gets_the_ptx_with_relative_source_paths_and_nothing_else_changed():
     """ptxas-blackwell's allocation follows the `.file` strings (xisa.compile.tools.ptxas)."""
     ptx = ('.version 8.7\n.target sm_100a\n\t.file\t1 "/home/u/proj/kernels/k.py"\n'
@@ -226,6 +232,7 @@ def _debug_info(comp_dir: str) -> str:
             ".section\t.debug_str\n\t{\n$L__info_string0:\n.b8 103 // string offset=0\n\t}\n")
 
 
+@pytest.mark.unit
 def test_the_dwarf_compile_unit_folder_is_shown_relative_and_its_offsets_follow():
     """The PTX's DWARF names the kernel's folder in bytes; the unit length and the references after it follow its
     length, so two checkouts give ptxas the same bytes, and a plain number of the same width is left alone."""
@@ -243,6 +250,7 @@ def test_the_dwarf_compile_unit_folder_is_shown_relative_and_its_offsets_follow(
     assert ".section\t.debug_str\n\t{\n$L__info_string0:" in short
 
 
+@pytest.mark.unit
 def test_a_dwarf_reference_xisa_cannot_move_is_refused():
     ptx = _debug_info("/w/kernels").replace(".b8 19 // DW_FORM_ref4", ".b8 18 // DW_FORM_ref2")
     with pytest.raises(ToolchainError, match="references other than DW_FORM_ref4"):
@@ -267,6 +275,7 @@ def test_ptxas_reads_the_same_bytes_from_any_checkout(run_xisa, tmp_path):
     assert cubin_a == cubin_b
 
 
+@pytest.mark.unit
 def test_ptxas_runs_as_its_name_on_fixed_file_names_wherever_the_input_is(tmp_path, monkeypatch):
     """The input's path and argv[0] reach ptxas-blackwell's allocation (xisa.compile.tools.ptxas): ptxas gets the same
     command whatever folder Triton's temp file and the virtual environment are in, in a fresh folder of its own,
@@ -298,11 +307,13 @@ def test_ptxas_runs_as_its_name_on_fixed_file_names_wherever_the_input_is(tmp_pa
     assert [files for _, _, files in seen] == [["kernel.ptx"]] * 2
 
 
+@pytest.mark.unit
 def test_a_ptxas_command_of_another_shape_is_refused():
     with pytest.raises(ToolchainError, match="cannot give it fixed file names"):
         _CanonicalSubprocess.run(["/x/ptxas", "--version"], check=True)
 
 
+@pytest.mark.unit
 def test_every_compile_unit_is_made_relative_with_its_own_offsets():
     """LLVM writes a unit per function with debug information (a noinline callee's too): each one's folder, length
     and references are its own."""

@@ -12,6 +12,8 @@ from xisa.analyze.occupancy import amd_waves_per_simd, cuda_warps_per_sm
 from xisa.errors import SpecError
 from xisa.spec.targets import load_targets
 
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
+
 TARGETS = load_targets([REPO / "targets"], root=REPO)
 # The key each backend's shared memory per workgroup (block) is limited by in the target files.
 LDS_LIMIT_KEY = {"hip": "lds_per_workgroup", "cuda": "smem_per_block"}

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from xisa.analyze import amdgcn, sass
 from xisa.analyze.lines import NO_LINE, count_by_line, line_changes, match_rows, resolve, total
+
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "asm"
 

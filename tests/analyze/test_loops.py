@@ -16,6 +16,8 @@ from xisa.analyze.model import Analysis
 from xisa.errors import ParseError, SpecError
 from xisa.golden.store import read_golden
 
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
+
 REPO = Path(__file__).resolve().parents[2]
 
 STRAIGHT = """bb0:

@@ -28,6 +28,7 @@ def test_register_occupancy_equals_llvm_for_every_bundled_cell(corpus_cells):
     assert compared >= 20
 
 
+@pytest.mark.unit
 def test_lds_limits_occupancy_where_llvm_does_not_see_it():
     gfx942 = TARGETS["gfx942"]
     # 64 VGPRs alone allow 8 waves per SIMD; 32 KiB of LDS per 4-wave workgroup allows 2 groups per CU,
@@ -40,6 +41,7 @@ def test_lds_limits_occupancy_where_llvm_does_not_see_it():
     assert amd_waves_per_simd(gfx942, vgprs=64, agprs=0, sgprs=32, lds_bytes=65537, num_warps=4) == 0
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("target,vgprs,agprs,expected", [
     ("gfx942", 128, 0, 4), ("gfx942", 256, 160, 1), ("gfx942", 129, 0, 3), ("gfx942", 100, 28, 4),
     ("gfx1100", 96, 0, 16), ("gfx1100", 97, 0, 12), ("gfx1100", 256, 0, 5), ("gfx1201", 192, 0, 8),
@@ -54,6 +56,7 @@ def test_vgpr_granules(target, vgprs, agprs, expected):
                               num_warps=4) == expected
 
 
+@pytest.mark.unit
 def test_lds_per_cu_of_the_added_targets():
     # What LLVM printed for a static-LDS kernel (targets/*.yaml sources): gfx90a has 64 KiB per CU, so
     # one 64 KiB 4-wave workgroup -> 1 wave per SIMD, 32 KiB -> 2; gfx1151 has 128 KiB per WGP, so two

@@ -82,6 +82,7 @@ bb3:
 """
 
 
+@pytest.mark.unit
 def test_triton_spelling_is_normalized():
     stream = parse_stream(TRITON_SASS)
     assert stream.text() == EXPECTED_TEXT
@@ -92,12 +93,14 @@ def test_triton_spelling_is_normalized():
     assert ins[0].line == 2  # lines of the source text, 1-based
 
 
+@pytest.mark.unit
 def test_nvdisasm_spelling_gives_the_same_stream_and_fingerprint():
     """Addresses, encodings, directives and nvdisasm's label numbers do not reach the fingerprint."""
     assert parse_stream(NVDISASM_SASS).text() == EXPECTED_TEXT
     assert parse_stream(NVDISASM_SASS).sha256() == parse_stream(TRITON_SASS).sha256()
 
 
+@pytest.mark.unit
 def test_label_numbering_does_not_move_the_fingerprint():
     renumbered = TRITON_SASS.replace("LBB1", "LBB7").replace("LBB0", "LBB1").replace("LBB7", "LBB0")
     assert renumbered != TRITON_SASS
@@ -107,6 +110,7 @@ def test_label_numbering_does_not_move_the_fingerprint():
     assert parse_stream(respaced).sha256() == parse_stream(TRITON_SASS).sha256()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("change", [
     ("HMMA.16816.F32.BF16", "HMMA.1688.F32.BF16"),    # a modifier
     ("@!P6 LDG", "@P6 LDG"),                         # a predicate
@@ -120,12 +124,14 @@ def test_a_changed_instruction_moves_the_fingerprint(change):
     assert parse_stream(changed).sha256() != parse_stream(TRITON_SASS).sha256()
 
 
+@pytest.mark.unit
 def test_blocks_start_at_labels_and_after_branches():
     stream = parse_stream(TRITON_SASS)
     assert [b.name for b in stream.blocks] == ["bb0", "bb1", "bb2", "bb3"]
     assert [len(b.instructions) for b in stream.blocks] == [6, 1, 3, 1]
 
 
+@pytest.mark.unit
 def test_bad_line_is_a_parse_error_naming_the_line():
     bad = TRITON_SASS.replace("04:-:-:-:2\tHMMA.16816.F32.BF16 R12, R4, R6, R12;", "--:-:-:-:2\thmma r12 r4")
     with pytest.raises(ParseError) as info:
@@ -140,6 +146,7 @@ def test_bad_line_is_a_parse_error_naming_the_line():
         parse_stream("Function:k\n\n")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("mnemonic,cls", [
     ("HMMA.16816.F32.BF16", "tensor"), ("HGMMA.64x64x16.F32.BF16", "tensor"), ("IMMA.16832.S8.S8", "tensor"),
     ("QMMA.16832.F32.E4M3.E4M3", "tensor"), ("UTCHMMA", "tensor"), ("UTCQMMA.2CTA", "tensor"),
@@ -160,11 +167,13 @@ def test_classes(mnemonic, cls):
     assert cls in CLASSES
 
 
+@pytest.mark.unit
 def test_base_mnemonic():
     assert base_mnemonic("HMMA.16816.F32.BF16") == "HMMA"
     assert base_mnemonic("EXIT") == "EXIT"
 
 
+@pytest.mark.unit
 def test_resource_usage_parse():
     text = """
 Resource usage:
@@ -241,6 +250,7 @@ def test_real_sm90_dot_has_tensor_instructions_and_registers(sm90_dot):
 # 32 blocks, 233472 B shared per SM, 232448 B per block (opt-in) + 1024 B reserved per block,
 # shared memory allocated in 128 B granules; at most 1024 threads (32 warps) per block.
 
+@pytest.mark.unit
 @pytest.mark.parametrize("regs,smem,warps,expected", [
     # 64 regs: 64*32 = 2048 per warp; 16384 // 2048 = 8 warps per partition -> 32 warps -> 8 blocks of 4;
     # smem (16384 + 1024) = 17408 -> 233472 // 17408 = 13 blocks; warps 64 // 4 = 16: min 8 blocks -> 32 warps.
@@ -273,6 +283,7 @@ def test_cuda_occupancy_follows_the_calculator(regs, smem, warps, expected):
     assert cuda_warps_per_sm(TARGETS["sm_90"], regs=regs, smem_bytes=smem, num_warps=warps) == expected
 
 
+@pytest.mark.unit
 def test_cuda_occupancy_sm80_has_less_shared_memory():
     # sm_80: 167936 B per SM; 64 KiB + 1024 reserved = 66560 -> 167936 // 66560 = 2 blocks of 4 -> 8 warps
     # (sm_90's 233472 // 66560 = 3 blocks -> 12 warps).
@@ -280,6 +291,7 @@ def test_cuda_occupancy_sm80_has_less_shared_memory():
     assert cuda_warps_per_sm(TARGETS["sm_90"], regs=32, smem_bytes=65536, num_warps=4) == 12
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("target,blocks", [("sm_86", 16), ("sm_89", 24), ("sm_120", 24)])
 def test_cuda_occupancy_of_the_48_warp_parts(target, blocks):
     t = TARGETS[target]
@@ -295,6 +307,7 @@ def test_cuda_occupancy_of_the_48_warp_parts(target, blocks):
     assert cuda_warps_per_sm(t, regs=32, smem_bytes=99 * 1024 + 1, num_warps=4) == 0
 
 
+@pytest.mark.unit
 def test_a_permuted_register_allocation_is_another_fingerprint():
     """Renaming registers away would make `a*b + c` and `a*c + b` one program: every number is fingerprinted."""
     from xisa.analyze.sass import parse_stream
@@ -305,6 +318,7 @@ def test_a_permuted_register_allocation_is_another_fingerprint():
     assert "FFMA R11, R2, R5, R7" in parse_stream(fma).text()
 
 
+@pytest.mark.unit
 def test_a_target_asking_for_a_normalization_rule_is_refused_naming_the_field():
     import pytest
     import yaml

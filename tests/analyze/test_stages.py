@@ -13,6 +13,8 @@ from xisa.analyze.model import Analysis
 from xisa.analyze.stages import (KERNEL_TOKEN, NORMALIZERS, StageAttribution, fingerprint, first_changed_stage,
                                  normalize_llir, normalize_mlir, normalize_ptx, stage_fingerprints)
 
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
+
 # --- samples as Triton 3.8 prints them, with what a moved kernel or checkout moves as placeholders ---------
 
 TTIR = """\

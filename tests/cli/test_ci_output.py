@@ -28,6 +28,7 @@ class FakeClock:
         return self.now
 
 
+@pytest.mark.unit
 def test_progress_lines_say_cells_done_of_total_elapsed_and_rate():
     clock, lines = FakeClock(), []
     progress = LineProgress(75, write=lines.append, interval=10, clock=clock)
@@ -47,6 +48,7 @@ def test_progress_lines_say_cells_done_of_total_elapsed_and_rate():
     assert lines[-1] == "xisa: 2/75 cells, 1 errors, 20 s, 0.10 cells/s (done)"
 
 
+@pytest.mark.unit
 def test_a_short_run_prints_no_progress():
     clock, lines = FakeClock(), []
     progress = LineProgress(3, write=lines.append, interval=10, clock=clock)
@@ -57,6 +59,7 @@ def test_a_short_run_prints_no_progress():
     assert lines == []
 
 
+@pytest.mark.unit
 def test_the_timer_writes_while_no_cell_finishes():
     """A cell that compiles for minutes still gets its lines: a thread ticks (here with a short interval)."""
     lines, seen = [], threading.Event()
@@ -70,6 +73,7 @@ def test_the_timer_writes_while_no_cell_finishes():
     assert lines[0].startswith("xisa: 0/10 cells, ") and lines[-1].endswith("(done)")
 
 
+@pytest.mark.unit
 def test_a_capture_says_it_is_running_and_keeps_quiet_while_cells_are_counted():
     """The program `xisa capture` runs has no cells to count: a heartbeat says it runs, every interval; while the
     new cases compile, their own progress lines speak instead."""
@@ -90,6 +94,7 @@ def test_a_capture_says_it_is_running_and_keeps_quiet_while_cells_are_counted():
     assert lines[-1] == "xisa: capture: the command is running, 30 s"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("value,seconds", [(None, 10.0), ("2.5", 2.5), ("0", 0.0), ("soon", 10.0), ("-1", 10.0)])
 def test_progress_interval_from_the_environment(value, seconds):
     assert progress_interval({} if value is None else {"XISA_PROGRESS_SECONDS": value}) == seconds
@@ -143,6 +148,7 @@ def test_shards_json_is_an_exact_disjoint_cover(tmp_path, count):
     assert sorted(parts) == sorted(whole) and len(parts) == len(set(parts))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("environ,shard", [
     ({}, None),
     ({"BUILDKITE_PARALLEL_JOB": "0", "BUILDKITE_PARALLEL_JOB_COUNT": "4"}, "1/4"),
@@ -152,6 +158,7 @@ def test_buildkite_parallel_job_is_a_shard(environ, shard):
     assert shard_from_environment(environ) == shard
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("environ,said", [
     ({"BUILDKITE_PARALLEL_JOB": "4", "BUILDKITE_PARALLEL_JOB_COUNT": "4"}, "not a job 0 to N-1 of N"),
     ({"BUILDKITE_PARALLEL_JOB": "x", "BUILDKITE_PARALLEL_JOB_COUNT": "4"}, "not a job 0 to N-1 of N"),

@@ -38,6 +38,7 @@ def test_compile_table_counts_and_emit(run_xisa, tinyproj, tmp_path):
         assert (folder / f"dot.{stage}").stat().st_size > 0
 
 
+@pytest.mark.unit
 def test_unknown_arch_exits_2_naming_known_and_closest(run_xisa_in_process, tinyproj):
     out = run_xisa_in_process("compile", "--arch", "gfx1101", cwd=tinyproj)
     assert out.code == 2
@@ -102,6 +103,7 @@ def test_argument_not_matching_kernel_is_a_bind_error(run_xisa, tinyproj):
     assert errors and all("no parameter 'count'" in e for e in errors)
 
 
+@pytest.mark.unit
 def test_targets_and_kernels_list(run_xisa, tinyproj):
     out = run_xisa("targets", "--json", cwd=tinyproj)
     assert out.code == 0

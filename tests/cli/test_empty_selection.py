@@ -32,6 +32,7 @@ def test_an_arch_with_no_cells_is_refused_by_every_command(run_xisa_in_process, 
     assert out.out == "" and not (tinyproj / "golden").exists() and not (tinyproj / "bundle").exists()
 
 
+@pytest.mark.unit
 def test_a_comma_separated_arch_is_expanded_as_the_selection_expands_it(run_xisa_in_process, tinyproj):
     """`--arch 'sm_90,sm_100'` names two targets, as the selection splits it (tests/test_capture_specs.py passes
     `--arch gfx942,sm_90`); with one that has cells beside one that has none the selection is not empty."""
@@ -46,6 +47,7 @@ def test_a_comma_separated_arch_is_expanded_as_the_selection_expands_it(run_xisa
         assert sorted(json.loads(shards.out)["cell_ids"]) == ["scale:big@gfx1201", "scale:small@gfx1201"]
 
 
+@pytest.mark.unit
 def test_a_kernel_filter_matching_no_case_and_two_filters_that_do_not_meet(run_xisa_in_process, tinyproj):
     line = _one_error_line(run_xisa_in_process("check", "--kernel", "dot:nope", cwd=tinyproj))
     assert line == ("xisa: error: --kernel: dot:nope selects no cell: no kernel:case matches it "
@@ -59,6 +61,7 @@ def test_a_kernel_filter_matching_no_case_and_two_filters_that_do_not_meet(run_x
     assert "--arch: sm_90 selects no cell" in line
 
 
+@pytest.mark.unit
 def test_the_gate_refuses_any_filter(run_xisa_in_process, tinyproj):
     """`xisa diff` and `xisa check --base` judge every cell: a filter is refused there whether it selects cells
     or not (one rule, said before anything is resolved)."""

@@ -3,7 +3,11 @@
 import subprocess
 import sys
 
+import pytest
+
 from xisa.errors import interrupted
+
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
 
 
 def _wrapped_interrupt() -> RuntimeError:

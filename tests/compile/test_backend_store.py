@@ -169,6 +169,7 @@ def test_the_key_holds_how_each_path_is_shown_and_the_context():
         {"options": {"fp8": ["fp8e4b15", "fp8e4nv", "fp8e5"], "t": [1, 2]}}
 
 
+@pytest.mark.unit
 def test_files_named_by_the_options_are_back_end_reads(tmp_path):
     lib = tmp_path / "lib.bc"
     lib.write_bytes(b"BC")

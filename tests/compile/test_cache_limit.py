@@ -27,6 +27,7 @@ def _entries(cache: Path, count: int, size: int = 1000) -> list[str]:
     return keys
 
 
+@pytest.mark.unit
 def test_the_least_recently_used_entries_go_first_and_a_hit_counts_as_a_use(tmp_path):
     cache = tmp_path / "cache"
     keys = _entries(cache, 10)
@@ -40,6 +41,7 @@ def test_the_least_recently_used_entries_go_first_and_a_hit_counts_as_a_use(tmp_
     assert left == {keys[0], *keys[10 - len(left) + 1:]}   # the most recently used, in order
 
 
+@pytest.mark.unit
 def test_a_cache_under_its_limit_is_left_alone_and_other_files_are_never_touched(tmp_path):
     cache = tmp_path / "cache"
     keys = _entries(cache, 3)
@@ -51,6 +53,7 @@ def test_a_cache_under_its_limit_is_left_alone_and_other_files_are_never_touched
     assert (cache / "notes.txt").read_text() == "mine" and not (cache / "triton-5").exists()
 
 
+@pytest.mark.unit
 def test_an_entry_removed_while_it_is_read_is_read_whole_or_missed(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     (key,) = _entries(cache, 1, size=200_000)
@@ -125,6 +128,7 @@ def test_cache_info_says_size_limit_entries_and_the_last_runs_hit_rate(run_xisa,
     assert "2 results, 2 back-end, 2 front-end, " in text.out, text.out
 
 
+@pytest.mark.unit
 def test_the_limit_comes_from_the_environment_then_pyproject_then_the_default(tmp_path, monkeypatch):
     root = write_files(tmp_path / "proj", {"pyproject.toml": '[tool.xisa]\ncache_size = "1.5GiB"\n'})
     monkeypatch.delenv("XISA_CACHE_SIZE", raising=False)
@@ -135,6 +139,7 @@ def test_the_limit_comes_from_the_environment_then_pyproject_then_the_default(tm
     assert load_project(cwd=tmp_path).cache_limit == DEFAULT_CACHE_SIZE
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("value", ['"lots"', '"-5MB"', "0", "true"])
 def test_a_bad_limit_is_one_line_naming_the_field(tmp_path, monkeypatch, value):
     monkeypatch.delenv("XISA_CACHE_SIZE", raising=False)
@@ -144,6 +149,7 @@ def test_a_bad_limit_is_one_line_naming_the_field(tmp_path, monkeypatch, value):
     assert "tool.xisa.cache_size" in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.unit
 def test_the_run_counts_say_where_each_cell_came_from():
     from xisa.compile.worker.result import CellResult
 
@@ -156,6 +162,7 @@ def test_the_run_counts_say_where_each_cell_came_from():
     assert cache_info(Path("/nonexistent/xisa-cache"), 10).size == 0
 
 
+@pytest.mark.unit
 def test_the_review_store_counts_towards_the_limit_and_a_reviewed_stream_is_a_use(tmp_path):
     """Compact goldens keep their streams in the cache's review store: it is trimmed with the rest, least recently
     used first, and a stream read for a review counts as a use."""

@@ -336,6 +336,7 @@ def _sample_result() -> CellResult:
     return CellResult(kernel="k", case="c", target="gfx942", status="ok", analysis=analysis)
 
 
+@pytest.mark.unit
 def test_an_entry_is_a_hit_only_while_its_depfile_holds(tmp_path):
     helper = tmp_path / "helper.py"
     helper.write_text("a = 1\n")
@@ -449,6 +450,7 @@ def _full_disk(monkeypatch, folder: Path) -> None:
     monkeypatch.setattr(os, "replace", replace)
 
 
+@pytest.mark.unit
 def test_result_and_timing_writes_on_a_full_disk_leave_nothing(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     folder.mkdir()
@@ -471,6 +473,7 @@ def test_tritons_cache_writes_fall_back_on_a_full_disk(tmp_path, monkeypatch):
     assert [p for p in primary.rglob("*") if p.name != entry] == []   # no tmp.pid_* left behind
 
 
+@pytest.mark.unit
 def test_a_signal_during_a_cache_write_leaves_no_temp_file(tmp_path, monkeypatch):
     """SIGTERM/SIGHUP/SIGINT unwind as KeyboardInterrupt: one that lands between a cache entry's temp file and
     its rename left `.tmp-*.json` behind in results/ (only OSError was cleaned up)."""

@@ -143,6 +143,7 @@ def test_one_run_gives_each_target_its_own_answers_at_import_and_in_heuristics(l
                                                                                   {"BLOCK": 256}]
 
 
+@pytest.mark.unit
 def test_the_answers_are_the_target_files_and_derive_from_the_occupancy_tables():
     from xisa.api import open_workspace
     from xisa.compile.gpu.device_answers import DeviceAnswers
@@ -210,6 +211,7 @@ def test_torch_cuda_is_answered_during_a_load_only_and_gpu_work_is_refused():
     assert issubclass(UnansweredDeviceQuery, BaseException) and not issubclass(UnansweredDeviceQuery, Exception)
 
 
+@pytest.mark.unit
 def test_the_cache_key_covers_the_device_facts():
     from xisa.api import Selection, open_workspace
     from xisa.compile.incremental.keys import result_key as cell_key
@@ -220,6 +222,7 @@ def test_the_cache_key_covers_the_device_facts():
     assert cell_key(cell, ()) != cell_key(dataclasses.replace(cell, target=fewer), ())
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("edit, field, message", [
     ({"multiprocessor_count": None}, "device.multiprocessor_count", "missing"),
     ({"l2_cache_size": 1}, "sources.l2_cache_size", "this fact cites no source"),

@@ -68,6 +68,7 @@ def test_every_variable_tritons_compiler_keys_on_is_classified():
     assert sorted(name for name in keyed if not classified(name)) == []
 
 
+@pytest.mark.unit
 def test_refused_variables_need_no_triton_import():
     for name in ("TRITON_CACHE_MANAGER", "TRITON_REMOTE_CACHE_BACKEND", "TRITON_PTXAS_PATH",
                  "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH"):
@@ -148,11 +149,13 @@ def test_a_pinned_variable_the_environment_sets_is_named_once_warm_and_cold(run_
         assert f"to see what it changes: xisa ab --b-env {shown} (with this command's --arch/--kernel)" in notes[0]
 
 
+@pytest.mark.unit
 def test_no_note_for_a_pinned_value_or_an_ab_side():
     assert toolchain.pinned_note({}) is None
     assert toolchain.pinned_note({"TRITON_DEFAULT_FP_FUSION": "1", "AMDGCN_USE_BUFFER_OPS": "1"}) is None
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(PINNED_ENV))
 def test_every_pinned_variable_is_named_with_how_to_measure_it(name):
     """Each pinned variable, set otherwise, is named in one line; the `xisa ab` offered is one xisa runs (its

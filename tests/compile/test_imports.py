@@ -91,6 +91,7 @@ def test_a_spec_of_a_src_layout_does_not_load_without_pythonpath(tmp_path):
         _load(root, tmp_path)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("entry, needle", [("vendor2", "no such folder"), ("../outside", "outside the project"),
                                            ("/abs", "outside the project"), ("linked", "goes through the link")])
 def test_a_bad_pythonpath_entry_is_one_line_naming_the_setting(tmp_path, entry, needle):

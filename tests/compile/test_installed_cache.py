@@ -130,6 +130,7 @@ def test_the_depfile_names_the_helpers_record_and_files_not_the_toolchains(site,
     assert not any(f"{os.sep}triton{os.sep}" in path or f"{os.sep}torch{os.sep}" in path for path in entries)
 
 
+@pytest.mark.unit
 def test_the_held_modules_are_seen_again_when_one_is_replaced_added_or_moved():
     """`installed_dependencies` answers from its last walk while the process holds the very same module objects under
     the same names: a module put in another's place (same name, same count) must be a different holding."""
@@ -147,6 +148,7 @@ def test_the_held_modules_are_seen_again_when_one_is_replaced_added_or_moved():
     assert not held.same_as({"b": second, "a": first})                    # taken out and put back: walked again
 
 
+@pytest.mark.unit
 def test_installed_dependencies_names_a_module_imported_after_the_last_answer(site, tmp_path):
     import sys
 
@@ -164,6 +166,7 @@ def test_installed_dependencies_names_a_module_imported_after_the_last_answer(si
         sys.modules.pop("laterhelper", None)
 
 
+@pytest.mark.unit
 def test_each_folder_of_sys_path_is_read_for_distributions_once(tmp_path, monkeypatch):
     """Issue 35: a load changes sys.path several times (FlagGems puts its backend's folder first, a `source:` kernel its
     own folder), and each new sys.path read every installed distribution again, RECORD files too (7 reads in a

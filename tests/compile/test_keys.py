@@ -14,6 +14,7 @@ from xisa.compile.incremental import keys
 PACKAGE = Path(xisa.__file__).resolve().parent
 
 
+@pytest.mark.unit
 def test_every_part_of_a_partial_key_reaches_the_result_key():
     result = keys.parts_of("result")
     for kind in keys.KINDS:
@@ -24,6 +25,7 @@ def test_every_part_of_a_partial_key_reaches_the_result_key():
         assert set(covers) <= result | {"depfile"}, (part, set(covers) - result)
 
 
+@pytest.mark.unit
 def test_a_key_of_other_parts_than_its_kind_is_refused():
     parts = {name: 0 for name in keys.parts_of("load_block")}
     keys.digest("load_block", parts)
@@ -77,6 +79,7 @@ def test_the_target_moves_every_key_of_the_compile(tmp_path):
     assert [kind for kind in before if before[kind] == after[kind]] == []
 
 
+@pytest.mark.unit
 def test_the_interpreter_and_its_optimization_level_are_in_the_result_key(tmp_path, monkeypatch):
     cell = _cell(tmp_path)
     before = keys.result_key(cell, ())
@@ -104,6 +107,7 @@ def _file_of(module: str) -> Path | None:
     return None
 
 
+@pytest.mark.unit
 def test_xisa_identity_holds_every_module_a_compile_imports():
     """A module of xisa that the compile runs (imported from compile/, at any depth, by any path) is part of
     `xisa_identity`: an edit to it is a miss. Found by the imports, not by a list of folders."""

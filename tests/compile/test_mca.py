@@ -10,6 +10,8 @@ from xisa.analyze.loops import find_loops
 from xisa.compile.tools import mca
 from xisa.render.doctor import render_doctor_text
 
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
+
 # llvm-mca 22's summary view, as it prints it (the figures are this sample's own).
 SAMPLE = """Iterations:        10
 Instructions:      720

@@ -112,6 +112,7 @@ def test_a_module_an_import_hooks_loader_rewrites_is_compiled_from_what_it_rewri
     _cached_is_cold(tmp_path, root, lambda: (root / "scale.txt").write_text("3.0"))
 
 
+@pytest.mark.unit
 def test_the_case_s_recorded_heuristics_are_in_the_key(tmp_path):
     from xisa.api import Selection, open_workspace
     from xisa.compile.incremental.keys import result_key as cell_key

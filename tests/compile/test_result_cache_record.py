@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from xisa.analyze.model import Analysis
 from xisa.compile.worker.result import CellResult
+
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
 
 
 def _result(locs: list[str]) -> CellResult:

@@ -7,6 +7,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from support import FIXTURES
 
 
@@ -107,6 +109,7 @@ def _cells(places: list[tuple[str, str]]):
     return [SimpleNamespace(target=SimpleNamespace(name=t), kernel=SimpleNamespace(spec_file=k)) for t, k in places]
 
 
+@pytest.mark.unit
 def test_a_worker_gets_the_cells_its_loads_serve_first():
     """A library that asks the device loads once per target per worker (fla: about a second each): a worker keeps to
     the targets it has, a fresh one starts a target nobody has, and only then does any worker take another's."""
@@ -127,6 +130,7 @@ def test_a_worker_gets_the_cells_its_loads_serve_first():
     assert [late.next_for(first) for _ in range(4)] == [0, 4, 2, 1]        # its own target's cells, then the rest
 
 
+@pytest.mark.unit
 def test_a_worker_leaves_another_s_target_to_it_when_a_load_costs_more_than_sharing_what_is_left():
     """Cells answered from the stores take ~15 ms, a further load of a library that asks the device ~0.3 s: a worker
     whose targets are done waits rather than load another's target for a few cells, takes it when enough is left,
@@ -155,6 +159,7 @@ def test_a_worker_leaves_another_s_target_to_it_when_a_load_costs_more_than_shar
     assert many.next_for(one, others_busy=True) is not None
 
 
+@pytest.mark.unit
 def test_fresh_workers_start_kernels_nobody_has_before_sharing_one():
     """Issue 35: a module of a package that asks the device imports that package anew (FlagGems' generated kernels: a
     worker's first cells took 13 to 20 s each on an H100). On one target every fresh worker used to take the longest
@@ -177,6 +182,7 @@ def test_fresh_workers_start_kernels_nobody_has_before_sharing_one():
     assert not pending
 
 
+@pytest.mark.unit
 def test_a_worker_joins_another_s_kernel_only_where_what_is_left_pays_for_its_load():
     """Once every spec is started, a worker whose specs are done loads another's only where half of what is left there
     outlasts a load (this run's seconds of a worker's first cell of a spec, less a cell's)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from support import compile_here, write_files
 
 OP = """import triton
@@ -68,6 +70,7 @@ def test_a_load_that_ran_code_after_the_package_import_is_not_shared(tmp_path):
         assert both[cell].analysis.code_sha256 == alone[cell].analysis.code_sha256, cell
 
 
+@pytest.mark.unit
 def test_a_function_block_found_again_comes_from_the_lines_alone(tmp_path):
     """Each @triton.jit asks inspect for its function's source (tokenizing it: most of a library's load, once per
     target): the block found for the same lines is given again, by this process and by a later one (the load store
@@ -98,6 +101,7 @@ def test_a_function_block_found_again_comes_from_the_lines_alone(tmp_path):
     assert block(LoadStore(tmp_path, lookup=False), list(text)) == text[:2] and len(calls) == 4   # --no-cache
 
 
+@pytest.mark.unit
 def test_a_module_compiled_before_comes_from_its_text_alone(tmp_path):
     """A module's code object is kept by its path and source bytes: a later process gets the same code without
     compiling; an edit (same size, so an mtime-and-size check could not see it), another path or a corrupt entry

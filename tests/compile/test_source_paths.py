@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from xisa.compile.cell import SourceFiles
+
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
 
 
 def test_project_files_are_project_relative_and_installed_ones_package_relative(tmp_path, monkeypatch):

@@ -12,6 +12,8 @@ from xisa.analyze.backends import base_gcn_arch
 from xisa.device.detect import detect_devices, gate
 from xisa.spec.targets import load_targets
 
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
+
 TARGETS = load_targets([REPO / "targets"])
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from xisa.analyze.model import Analysis
 from xisa.compile.worker.result import CellResult
 from xisa.golden.ab import Side, judge_ab, largest_resource_changes, target_summaries
 from xisa.golden.report_json import ab_payload, report_text
 from xisa.golden.store import GoldenSet, golden_paths, render_golden, write_golden
+
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
 
 
 def _result(case: str, *, stream: str = "v_add_f32 v0, v1, v2", vgprs: int = 8, ok: bool = True,

@@ -89,6 +89,7 @@ def test_a_compact_golden_is_as_strict_as_a_full_one(tmp_path, mutation):
     assert verdicts["full"].delta.fields == verdicts["compact"].delta.fields
 
 
+@pytest.mark.unit
 def test_code_that_changed_with_identical_counts_fails_the_compact_check(tmp_path):
     """Two instructions swapped: every count, resource and the code object's size the same, only the stream's
     sha256 and the code object's code_sha256 differ; no material store either (nothing to diff)."""
@@ -111,6 +112,7 @@ def test_code_that_changed_with_identical_counts_fails_the_compact_check(tmp_pat
     assert "--compile-base" in verdict.review_note
 
 
+@pytest.mark.unit
 def test_a_hand_edited_compact_golden_is_refused(tmp_path):
     bless([BASE], golden_dir=tmp_path / "golden", display_root=tmp_path, toolchains={"gfx942": TOOLCHAIN},
           stream_files=True, layout="compact", selected_targets={"gfx942"}, kernel_filters=None)
@@ -266,6 +268,7 @@ def test_the_gate_against_compact_base_goldens_compiles_the_changed_cells_there_
     assert "kernels/scale.py:13" in md.out and "no stream diff" not in md.out
 
 
+@pytest.mark.unit
 def test_full_layout_again_migrates_back_with_the_lines_this_machine_kept(tmp_path):
     store = MaterialStore(tmp_path / "review")
     store.remember([BASE])
@@ -281,6 +284,7 @@ def test_full_layout_again_migrates_back_with_the_lines_this_machine_kept(tmp_pa
     assert (golden / "k" / "c" / "gfx942.isa").read_text() == BASE.analysis.stream_text
 
 
+@pytest.mark.unit
 def test_a_damaged_store_entry_is_replaced_by_the_next_compile_of_its_stream(tmp_path):
     store = MaterialStore(tmp_path / "review")
     store.remember([BASE])
@@ -294,6 +298,7 @@ def test_a_damaged_store_entry_is_replaced_by_the_next_compile_of_its_stream(tmp
 
 # --- goldens' YAML parsed once: the parse of the same text, from the cache's review store --------------------
 
+@pytest.mark.unit
 def test_a_golden_text_is_parsed_from_the_store_only_when_it_is_the_same_text(tmp_path, monkeypatch):
     from xisa import yamlio
     from xisa.errors import GoldenError
@@ -324,6 +329,7 @@ def test_a_golden_text_is_parsed_from_the_store_only_when_it_is_the_same_text(tm
     assert parses.count(text) == 2     # an old parse is never another parser's answer
 
 
+@pytest.mark.unit
 def test_a_parsed_golden_is_never_read_through_a_link(tmp_path):
     import hashlib
 
@@ -343,6 +349,7 @@ def test_a_parsed_golden_is_never_read_through_a_link(tmp_path):
     assert store.parse(text, path="g.yaml", error=GoldenError) == {"a": 1}
 
 
+@pytest.mark.unit
 def test_a_rewritten_parsed_golden_is_never_the_goldens_parse(tmp_path):
     """Issue 36, finding 3: the store's parse of a golden text was trusted by its file name; one rewritten entry (a
     forged `code_sha256`) made a changed kernel exit 0 in `check --no-cache` and the PR gate."""
@@ -361,6 +368,7 @@ def test_a_rewritten_parsed_golden_is_never_the_goldens_parse(tmp_path):
     assert MaterialStore(tmp_path / "review").parse(text, path="g.yaml", error=GoldenError)["code_sha256"] == "aaaa"
 
 
+@pytest.mark.unit
 def test_a_review_store_someone_else_can_write_is_refused_as_the_result_cache_is(tmp_path):
     from xisa.errors import GoldenError, ToolchainError
     from xisa.golden.material import MaterialStore

@@ -91,6 +91,7 @@ def test_bless_and_check_refuse_a_link_in_the_golden_folder(tmp_path, monkeypatc
     assert snapshot(golden_dir) == before_golden and os.path.islink(link)
 
 
+@pytest.mark.unit
 def test_a_link_inside_the_golden_folder_is_refused_too(tmp_path, monkeypatch):
     """A link from one kernel folder to another would make bless rewrite the other kernel's goldens."""
     golden_dir, old = _old_goldens(tmp_path, monkeypatch)
@@ -118,6 +119,7 @@ def test_cli_refuses_a_golden_linked_outside_the_project(run_xisa, tinyproj, tmp
         assert snapshot(outside) == before, command
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", ["bless", "check"])
 def test_a_link_on_the_way_to_the_golden_folder_is_refused(run_xisa, tinyproj, tmp_path, command):
     """`[tool.xisa] golden = "data/golden"` with `data` a committed link leading out of the project: bless

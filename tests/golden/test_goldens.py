@@ -124,6 +124,7 @@ def test_expectation_failure_exits_1(run_xisa, blessed):
     assert cell["verdict"] == "expectation-failed" and "v_mfma* == 0 expected" in cell["expectations"][0]
 
 
+@pytest.mark.unit
 def test_bless_is_refused_in_ci(run_xisa, tinyproj):
     out = run_xisa("bless", cwd=tinyproj, env={"CI": "true"})
     assert out.code == 2 and "CI" in out.err
@@ -194,6 +195,7 @@ def test_bless_killed_midway_leaves_every_golden_old_or_new(run_xisa, blessed, s
     assert not list((blessed / "golden").rglob("*.pending")) and not list((blessed / "golden").rglob(".*.tmp"))
 
 
+@pytest.mark.unit
 def test_the_one_atomic_write_keeps_the_old_file_on_failure_and_sets_the_mode_asked(tmp_path, monkeypatch):
     """xisa.fsio.write_atomic: golden writes, the result cache, --emit and the HTML page all go through it."""
     from xisa.fsio import write_atomic

@@ -241,6 +241,7 @@ def test_compile_base_in_a_project_below_the_repository_root(run_xisa, tmp_path)
     assert changed.code == 1 and json.loads(changed.out)["isolation_violated"] == ["ops:c@gfx942", "ops2:c@gfx942"]
 
 
+@pytest.mark.unit
 def test_a_scope_naming_a_kernel_alone_says_how_to_write_it():
     """`--scope scale` reads as a target: it said `'scale' matches no target (fix: did you mean 'sm_90'?)`,
     pointing at a target, where the user meant the kernel on every target."""

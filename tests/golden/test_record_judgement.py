@@ -45,6 +45,7 @@ def test_whatever_bless_would_rewrite_check_calls_changed(tmp_path, monkeypatch,
     assert verdict.delta is not None and verdict.delta.fields
 
 
+@pytest.mark.unit
 def test_a_side_table_alone_changes_neither_verdict_nor_golden(tmp_path, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     moved = _changed(BASE, stages={"ttir": "f" * 64},
@@ -53,6 +54,7 @@ def test_a_side_table_alone_changes_neither_verdict_nor_golden(tmp_path, monkeyp
     assert verdict.verdict == "same" and not outcome.written and outcome.unchanged
 
 
+@pytest.mark.unit
 def test_an_unchanged_stream_with_another_code_object_names_the_section(tmp_path, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     verdict, _ = _judge(tmp_path, MUTATIONS["a code section"])

@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from xisa.analyze.model import Analysis
@@ -19,6 +20,8 @@ from xisa.golden.report_json import ab_payload, check_payload, report_payload
 from xisa.golden.record import Golden
 from xisa.golden.store import render_golden
 from xisa.golden.verdict import CHANGED, CellVerdict, CheckReport, compute_delta
+
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json-schema.md"
 MORE = "…"

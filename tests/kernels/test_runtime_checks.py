@@ -60,6 +60,7 @@ def test_every_spec_names_a_defined_runtime_check(spec):
         assert callable(getattr(module, name, None)), f"{spec.name}: {name} is not defined in {module.__name__}"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("spec", _specs(), ids=lambda p: p.stem)
 def test_every_spec_has_nvidia_cells(spec):
     targets = yaml.safe_load(spec.read_text())["targets"]

@@ -17,6 +17,8 @@ from xisa.golden.verdict import CHANGED, ERROR, SAME, CellVerdict, CheckReport, 
 from xisa.render.comment import MARKDOWN_MAX_CHARS, MIN_CHARS, bounded_markdown
 from xisa.render.review import render_markdown
 
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
+
 GITHUB_LIMIT = 65536
 
 

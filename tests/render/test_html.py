@@ -64,6 +64,7 @@ def _report(verdicts: list[CellVerdict]) -> CheckReport:
     return CheckReport(verdicts=verdicts, toolchain={"triton": "3.8.0"}, golden_toolchains={}, scopes=[])
 
 
+@pytest.mark.unit
 def test_stream_diff_marks_the_changed_line_and_elides_the_rest():
     diff = stream_diff(_stream(40), _stream(40, twist=20), context=2)
     tags = [row[0] for row in diff["rows"]]
@@ -74,6 +75,7 @@ def test_stream_diff_marks_the_changed_line_and_elides_the_rest():
     assert stream_diff("a\n", "a\n")["rows"] == []
 
 
+@pytest.mark.unit
 def test_everything_is_escaped_and_nothing_is_fetched():
     evil = "</script><script>alert(1)</script><img src=x onerror=alert(2)>"
     v = _verdict("k", "c", "gfx942", changed=True, message=evil)
@@ -93,6 +95,7 @@ def _outcome(page: str) -> str:
     return f"{match.group(1)} " + re.sub(r"<[^>]+>", "", match.group(2))
 
 
+@pytest.mark.unit
 def test_one_header_line_says_the_outcome_and_why():
     changed = [_verdict("k", f"c{i}", "gfx942", changed=True) for i in range(13)]
     elsewhere = [_verdict("k", "c0", "gfx90a", changed=True), _verdict("k", "c1", "sm_90", changed=True)]
@@ -122,6 +125,7 @@ def test_one_header_line_says_the_outcome_and_why():
     assert _outcome(render_html(_report(many))).endswith("k:c11@gfx90a and 8 more")
 
 
+@pytest.mark.unit
 def test_a_thousand_cells_stay_light(tmp_path):
     targets = [f"gfx{n}" for n in (942, 950, 1100, 1200, 1201)]
     verdicts = [_verdict(f"k{i // 20}", f"c{i % 20}", t, changed=(i % 50 == 0 and t == "gfx1100"))
@@ -147,6 +151,7 @@ def _renumbered(n: int, *, shift: int, twists: tuple[int, ...] = (), unroll: boo
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.unit
 def test_register_abstracted_diff_shows_only_the_changed_instructions():
     base, head = _renumbered(200, shift=0), _renumbered(200, shift=3, twists=(50, 150))
     exact = stream_diff(base, head)
@@ -192,6 +197,7 @@ def test_diff_opcodes_rebuild_the_head_and_keep_at_least_difflibs_matches(base, 
                        .get_matching_blocks())
 
 
+@pytest.mark.unit
 def test_binding_differences_are_shown():
     v = _verdict("k", "c", "gfx942", changed=True)
     v.base.data.update(binding={"signature": {"x_ptr": "*fp16"}, "constexprs": {"BLOCK": 64}, "attrs": {}},
@@ -388,6 +394,7 @@ def test_a_thousand_cell_page_loads_and_filters_in_chromium(tmp_path):
     assert dom.count('data-rendered="1"') == 4               # the 4 changed cells are open; the rest stay lazy
 
 
+@pytest.mark.unit
 def test_the_pages_css_and_js_are_package_data_a_wheel_carries():
     """`page.css` and `page.js` are files of the `xisa.render` package: hatch's wheel (`packages = ["xisa"]`)
     takes every file of the package that git does not ignore, so an installed, non-editable xisa has them."""
@@ -461,6 +468,7 @@ def test_no_element_overlaps_another_in_headless_chromium(tmp_path, width):
     assert found == [], f"at {width} px: {found}"
 
 
+@pytest.mark.unit
 def test_what_each_target_resolved_is_shown_with_the_targets_that_bound_it():
     """A reviewer sees gfx942 bind 304 SMs where sm_90 binds 132, and which config each target's autotuner kept."""
     cells = [_verdict("persist", "a", target, changed=False) for target in ("gfx942", "gfx942-mi308x", "sm_90")]

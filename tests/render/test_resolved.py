@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from io import StringIO
 
+import pytest
 from rich.console import Console
 
 from xisa.compile.worker.result import CellResult
 from xisa.golden.verdict import SAME, CellVerdict, CheckReport
 from xisa.render.resolved import resolution_lines
 from xisa.render.review import render_check_text
+
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
 
 
 def _result(target: str, resolved: dict) -> CellResult:

@@ -48,6 +48,7 @@ def _report(verdicts: list[CellVerdict], **kw) -> CheckReport:
 
 # ---------------------------------------------------------------- summary: each target once
 
+@pytest.mark.unit
 def test_summary_lists_each_target_once():
     verdicts = [_verdict("k", f"c{i}", "gfx1100", CHANGED if i == 0 else SAME) for i in range(15)]
     verdicts += [_verdict("k", f"c{i}", "gfx942", SAME) for i in range(15)]
@@ -60,6 +61,7 @@ def test_summary_lists_each_target_once():
         assert line.count(target) == 1
 
 
+@pytest.mark.unit
 def test_summary_names_targets_with_the_same_counts_together():
     """One spec error on 13 targets is one part of the summary, not 13."""
     targets = [f"gfx{n}" for n in (1100, 1151, 1200)] + ["sm_90", "sm_100"]
@@ -72,6 +74,7 @@ def test_summary_names_targets_with_the_same_counts_together():
 
 # ---------------------------------------------------------------- how to accept a change
 
+@pytest.mark.unit
 def test_accept_commands_name_exactly_the_changed_cells():
     verdicts = [_verdict("scale", "big", "gfx1100", CHANGED), _verdict("scale", "small", "gfx1100", CHANGED),
                 _verdict("scale", "mid", "gfx1100", SAME), _verdict("gemm", "a", "gfx1100", CHANGED),
@@ -126,6 +129,7 @@ def test_check_says_how_to_accept_and_the_command_accepts_exactly_that(run_xisa,
 
 # ---------------------------------------------------------------- --scope that matches nothing
 
+@pytest.mark.unit
 @pytest.mark.parametrize("scope,message", [
     ("gfx110", "scope 'gfx110': 'gfx110' matches no target (fix: did you mean 'gfx1100'?)"),
     ("gfx1100:scael", "scope 'gfx1100:scael': 'scael' matches no kernel (fix: did you mean 'scale'?)"),
@@ -165,6 +169,7 @@ def _table_lines(text: str, title: str) -> list[str]:
     return lines[start:end]
 
 
+@pytest.mark.unit
 def test_compile_table_per_vendor_with_aligned_error_rows():
     text = _render(_results("fp8_d256_generic"), 120, counts=[], top=3)
     amd, nvidia = _table_lines(text, "gfx1100"), _table_lines(text, "sm_90")
@@ -182,6 +187,7 @@ def test_compile_table_per_vendor_with_aligned_error_rows():
     assert "v_fma_f32 2 · s_endpgm 1" in text and "HMMA.16816.F32 1" in text
 
 
+@pytest.mark.unit
 def test_compile_table_never_cuts_a_cell_name():
     # The corpus's longest name fits whole on one line at 120 columns, in both vendors' tables.
     text = _render(_results("fp8_d256_generic"), 120, counts=[], top=0)
@@ -207,6 +213,7 @@ def test_compile_top_option_and_count_validation(run_xisa, tinyproj):
 
 # ---------------------------------------------------------------- multi-line compile errors
 
+@pytest.mark.unit
 def test_error_block_keeps_the_caret_under_its_column():
     message = ("CompilationError: at 2:41:\n"
                "def k(x_ptr, BLOCK: tl.constexpr):\n"
@@ -240,6 +247,7 @@ def test_compile_error_is_multi_line_with_the_caret_aligned(run_xisa, tinyproj):
 
 # ---------------------------------------------------------------- binding differences in text
 
+@pytest.mark.unit
 def test_check_text_shows_what_the_binding_changed():
     stream = "bb0:\n  v_add_f32 v1, v2, v3\n"
     head = CellResult(kernel="k", case="c", target="gfx942", status="ok",
@@ -260,6 +268,7 @@ def test_check_text_shows_what_the_binding_changed():
 
 # ---------------------------------------------------------------- a problem shared by several cells: once
 
+@pytest.mark.unit
 def test_cells_phrase_names_each_case_once_with_its_targets():
     assert cells_phrase(["k:c@gfx942"]) == "k:c@gfx942"
     assert cells_phrase(["k:c@gfx90a", "k:c@gfx942", "j:d@sm_90"]) == "k:c on 2 targets (gfx90a, gfx942); j:d@sm_90"
@@ -270,6 +279,7 @@ def test_cells_phrase_names_each_case_once_with_its_targets():
     assert cells_phrase(["k:a@gfx942", "k:b@gfx942"]) == "k:a, k:b on gfx942"
 
 
+@pytest.mark.unit
 def test_check_text_prints_a_shared_error_once_with_the_cells_it_concerns():
     message = "kernels/k.yaml: cases[0].args: the kernel has no parameter 'count'\n    more detail"
     targets = [f"gfx{n}" for n in (1100, 1151, 1200, 1201, 90, 942, 950)]
@@ -283,6 +293,7 @@ def test_check_text_prints_a_shared_error_once_with_the_cells_it_concerns():
     assert "error: k:d@gfx942: another problem" in text
 
 
+@pytest.mark.unit
 def test_markdown_writes_a_shared_error_once_after_the_targets():
     message = "kernels/k.yaml: cases[0].args: the kernel has no parameter 'count'\nsecond line"
     targets = ["gfx1100", "gfx942", "sm_90"]

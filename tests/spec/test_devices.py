@@ -23,12 +23,14 @@ def names(patterns: list[str] | None) -> list[str]:
     return [t.name for t in select_targets(KNOWN, patterns)]
 
 
+@pytest.mark.unit
 def test_the_default_selection_is_the_arch_targets_and_no_device():
     assert len(ARCH_FILES) == 13 and names(None) == ARCH_FILES == names(["*"])
     devices = {"gfx942-mi308x", "gfx942-mi325x", "gfx950-mi355x", "gfx950-mi350p", "sm_90-h100", "sm_90-h20"}
     assert devices <= set(KNOWN) and not devices & set(names(None))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("patterns, chosen", [
     (["gfx94*"], ["gfx942"]),                                    # a glob selects arch targets
     (["gfx942-mi308x"], ["gfx942-mi308x"]),                      # a device by its exact name
@@ -76,6 +78,7 @@ def test_every_amd_target_answers_name_and_gcn_arch_name(name):
         assert torch.cuda.get_device_properties(0).multi_processor_count == target.device.multiprocessor_count  # aiter
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", [n for n in AMD if n in ARCH_FILES])
 def test_every_amd_arch_target_answers_the_l2_flag_gems_reads(name):
     from xisa.compile.gpu.device_answers import DeviceAnswers
@@ -84,6 +87,7 @@ def test_every_amd_arch_target_answers_the_l2_flag_gems_reads(name):
     assert hasattr(props, "L2_cache_size") and props.L2_cache_size >= 2 * 1024 * 1024   # FlagGems' get_device_info
 
 
+@pytest.mark.unit
 def test_a_device_fact_no_source_states_is_refused_not_taken_from_the_arch():
     from xisa.compile.gpu.device_answers import DeviceAnswers
 
@@ -91,6 +95,7 @@ def test_a_device_fact_no_source_states_is_refused_not_taken_from_the_arch():
         hasattr(DeviceAnswers(KNOWN["gfx942-mi308x"]).torch_properties(0), "L2_cache_size")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(n for n, t in KNOWN.items() if t.backend == "cuda"))
 def test_every_nvidia_target_answers_the_opt_in_shared_memory_per_block(name):
     from xisa.compile.gpu.device_answers import DeviceAnswers
@@ -110,6 +115,7 @@ sources:
 """
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("file, text, field, message", [
     ("gfx942-x", DEVICE.format(name="gfx942-x", of="gfx94"), "device_of", "device_of 'gfx94' is no arch target"),
     ("gfx942-x-y", DEVICE.format(name="gfx942-x-y", of="gfx942"), "name", "bad device target name"),
@@ -137,6 +143,7 @@ def test_a_bad_device_target_is_one_line_naming_file_field_and_fix(tmp_path, fil
     assert "(fix: " in said and caught.value.exit_code == 2
 
 
+@pytest.mark.unit
 def test_an_arch_target_name_with_a_dash_is_refused(tmp_path):
     data = yaml.safe_load((REPO / "targets" / "gfx942.yaml").read_text())
     data["name"] = "gfx942-b"
@@ -185,6 +192,7 @@ def _cells(root: Path, arch: list[str] | None) -> list[str]:
     return sorted(cell.id for cell in Selection(arch=arch).cells(open_workspace(cwd=root))[1])
 
 
+@pytest.mark.unit
 def test_a_spec_selects_its_devices_whenever_their_arch_is_selected(tmp_path):
     root = _project(tmp_path / "proj")
     arches = [f"arches:c@{name}" for name in ARCH_FILES]

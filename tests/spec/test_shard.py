@@ -35,6 +35,7 @@ def test_every_cell_is_in_exactly_one_shard(ids, count, seconds, known):
         assert all(plan.shard_of(cid) == index for cid in shard)
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None)
 @given(weights=st.dictionaries(st.text(min_size=1, max_size=8), st.integers(0, 100000), max_size=200),
        count=st.integers(1, 16))
@@ -46,6 +47,7 @@ def test_longest_first_keeps_the_slowest_shard_within_one_cell_of_the_mean(weigh
     assert max(loads) <= sum(loads) / count + max(weights.values(), default=0)
 
 
+@pytest.mark.unit
 def test_a_skewed_selection_balances_where_the_hash_split_does_not():
     """520 cells, 13 targets: the sm_* cells cost three times the others (as ptxas and nvdisasm make them)."""
     ids = [f"k:c{case}@{target}" for case in range(40) for target in
@@ -62,12 +64,14 @@ def test_a_skewed_selection_balances_where_the_hash_split_does_not():
         assert max(loads) / (sum(loads) / count) <= 1.01 < max(hashed) / (sum(hashed) / count)
 
 
+@pytest.mark.unit
 def test_cells_without_a_recorded_time_weigh_the_median_known_one():
     weights = cell_weights(["a", "b", "c", "d", "new"], {"a": 0.1, "b": 0.2, "c": 5.0, "d": 0.3, "gone": 9.0})
     assert weights == {"a": 100, "b": 200, "c": 5000, "d": 300, "new": 300}
     assert cell_weights(["x", "y"], {}) == {"x": 1000, "y": 1000}   # nothing known: every cell alike
 
 
+@pytest.mark.unit
 def test_the_split_is_pinned():
     """The same checkout and timings file give this split with every xisa of this version: a change to the
     algorithm (or its tie-breaks) must show up here, not as shards that no longer merge."""
@@ -96,6 +100,7 @@ def test_the_split_is_the_same_in_every_process_and_hash_seed():
     assert sorted(set(split.values())) == list(range(7))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text,field,needle", [
     ("not json", "--timings", "not a JSON file"),
     ("[1, 2]", "--timings", "is a JSON list"),
@@ -113,6 +118,7 @@ def test_a_bad_timings_file_is_refused_naming_the_file_and_key(tmp_path, text, f
     assert line.startswith(f"{path}: {field}: ") and needle in line and "(fix: " in line and "\n" not in line
 
 
+@pytest.mark.unit
 def test_a_missing_timings_file_is_refused(tmp_path):
     with pytest.raises(UsageError, match="cannot read the timings file"):
         read_timings(tmp_path / "absent.json")

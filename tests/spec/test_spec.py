@@ -11,6 +11,8 @@ from xisa.errors import SpecError
 from xisa.spec.cases import build_cells, load_spec
 from xisa.spec.targets import load_targets, select_targets, unknown_target
 
+pytestmark = pytest.mark.unit   # needs no compile and no Triton: the unit tier (pytest -m unit)
+
 
 
 @pytest.fixture(scope="module")
