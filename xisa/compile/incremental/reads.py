@@ -19,6 +19,7 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import xisa
+from xisa.compile.incremental.imports import ABSENT_ENTRY, FoundNowhere, shadowing_files
 from xisa.compile.worker.platform_facts import ENVIRONMENT_PACKAGES
 from xisa.compile.worker.state import WORKER, CompileUnderWay
 from xisa.compile.gpu.target_driver import target_driver
@@ -34,9 +35,6 @@ ENVIRONMENT_ENTRY = "$"
 # A depfile entry `ls:/abs/folder` stands for the names a folder holds: a load or compile listed it (a library
 # finding its plugins or configs by `os.listdir`, `os.scandir`, `glob`, `pathlib`, `os.walk`).
 LISTING_ENTRY = "ls:"
-# In a recording only (never a depfile name): `?/abs/file`, a file whose appearing would make a module that an import
-# or `importlib.util.find_spec` found nowhere importable (`try: import fastcfg` then `fastcfg.py` added).
-ABSENT_ENTRY = "?"
 
 
 # `$*`: the whole environment, for a load that listed or copied it (what it found there is unknown; any variable
@@ -85,46 +83,6 @@ def package_folders(added: dict[str, Any], top: str | None) -> tuple[str, ...]:
     if module is None:
         return ()
     return tuple(sorted({os.path.join(os.path.abspath(f), "") for f in list(vars(module).get("__path__") or [])}))
-
-
-def shadowing_files(name: str, module: Any) -> dict[str, None]:
-    """The files that, appearing, would make `name` import from somewhere else: the module or package of that name
-    in each search folder before the one that served it (sys.path for a top-level name, the parent's `__path__`
-    for a submodule: a namespace package has several). A depfile records them as absent."""
-    import importlib.machinery
-
-    namespace = vars(module)
-    origin = namespace.get("__file__")
-    if not origin and not namespace.get("__path__"):
-        return {}
-    parent, _, leaf = name.rpartition(".")
-    if parent:
-        folders = list(vars(sys.modules[parent]).get("__path__") or []) if parent in sys.modules else []
-        if parent in sys.modules and not vars(sys.modules[parent]).get("__file__"):
-            # a namespace package: a new portion in any folder of the path joins its __path__, in path order,
-            # so every folder where one could appear is searched, not only the portions found at the load
-            folders = _namespace_portions(parent, folders)
-    else:
-        folders = [entry or os.getcwd() for entry in sys.path]
-    # A namespace package is served only while no folder at all holds a regular module of its name.
-    serving = None if not origin else \
-        os.path.dirname(os.path.dirname(origin)) if origin.endswith("__init__.py") else os.path.dirname(origin)
-    absent: dict[str, None] = {}
-    for folder in folders:
-        folder = os.path.abspath(folder)
-        if serving is not None and folder == os.path.abspath(serving):
-            break
-        absent[os.path.join(folder, leaf, "__init__.py")] = None
-        absent.update((os.path.join(folder, leaf + suffix), None) for suffix in importlib.machinery.all_suffixes())
-    return absent
-
-
-def _namespace_portions(package: str, found: list[str]) -> list[str]:
-    """Where a portion of namespace package `package` is or could be, in the order its `__path__` would list them:
-    one folder per sys.path entry (those found at the load kept where the path put them)."""
-    relative = os.path.join(*package.split("."))
-    candidates = [os.path.join(os.path.abspath(entry or os.getcwd()), relative) for entry in sys.path]
-    return list(dict.fromkeys(candidates + [os.path.abspath(folder) for folder in found]))
 
 
 class _WatchedEnvironment(MutableMapping):
@@ -226,30 +184,8 @@ def hook_reads() -> None:
                 reads.append(LISTING_ENTRY + os.path.abspath(os.fsdecode(os.fspath(folder))))
 
     sys.addaudithook(note_read)  # a hook cannot be removed: it does nothing outside a load or a compile
-    sys.meta_path.append(_FoundNowhere)   # likewise: it notes only while a load or a compile is under way
+    sys.meta_path.append(FoundNowhere)   # likewise: it notes only while a load or a compile is under way
     WORKER.reads_hooked = True
-
-
-class _FoundNowhere:
-    """Last on sys.meta_path, so asked only for a module no other finder found: an optional import that failed
-    (`try: import fastcfg`) or `importlib.util.find_spec` answering None. The files that would make the name
-    importable in each folder searched are recorded as absent: one appearing later is a change, as a file the load
-    looked for and did not find is. It never finds anything itself."""
-
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        reads = WORKER.reads
-        if reads is not None:
-            import importlib.machinery
-
-            leaf = name.rpartition(".")[2]
-            folders = list(path) if path is not None else [entry or os.getcwd() for entry in sys.path]
-            for folder in folders:
-                if isinstance(folder, str) and os.path.isdir(folder):
-                    reads.append(ABSENT_ENTRY + os.path.join(os.path.abspath(folder), leaf, "__init__.py"))
-                    reads.extend(ABSENT_ENTRY + os.path.join(os.path.abspath(folder), leaf + suffix)
-                                 for suffix in importlib.machinery.all_suffixes())
-        return None
 
 
 def _import_system_listing(frame) -> bool:
