@@ -54,6 +54,11 @@ class BindError(XisaError):
     """A case's arguments do not fit the kernel's parameters."""
 
 
+class HeuristicError(BindError):
+    """A kernel's @triton.heuristics cannot compute, on a case's arguments, what its captured launch computed: it
+    fails on them, or gives another value (`error_kind` "heuristic": capture's own compile reports these)."""
+
+
 class ParseError(XisaError):
     """Assembly could not be parsed; names the line."""
 

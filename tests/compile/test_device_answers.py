@@ -174,10 +174,14 @@ def test_a_query_the_file_cannot_answer_is_one_line_even_when_the_library_swallo
     assert results["k:c@sm_90"].status == "ok"                       # the H200's memory clock was measured
     error = results["k:c@sm_86"].error
     assert results["k:c@sm_86"].status == "error" and "\n" not in error
-    assert error.endswith("targets/sm_86.yaml: device.memory_clock_rate: a library asked the device for "
-                     "triton.runtime.driver.active.utils.get_device_properties(0)['mem_clock_rate'], which the file "
-                     "does not state for its NVIDIA GeForce RTX 3090 (fix: add device.memory_clock_rate with its "
-                     "source under sources.memory_clock_rate)")
+    # the library's line, what it asked, and where to state the fact: never xisa's target file as the place
+    assert error.endswith("smemlib/__init__.py:16: triton.runtime.driver.active.utils.get_device_properties(0)"
+                          "['mem_clock_rate'] asks device.memory_clock_rate, which xisa's target file sm_86.yaml does "
+                          "not state for its NVIDIA GeForce RTX 3090 (fix: state device.memory_clock_rate, with its "
+                          "source under sources.memory_clock_rate, in a targets/sm_86.yaml of the project (a copy of "
+                          "xisa's: the project's file of a name replaces xisa's); or stub the query in an import hook "
+                          "(`xisa_import_hook(target)` in a file [tool.xisa] import_hooks names: "
+                          "docs/platform.md#stub-it-in-an-import-hook))"), error
 
 
 def test_torch_cuda_is_answered_during_a_load_only_and_gpu_work_is_refused():
@@ -207,7 +211,9 @@ def test_torch_cuda_is_answered_during_a_load_only_and_gpu_work_is_refused():
                     gpu_work()
                 except Exception:            # a library's fallback: the query stays refused
                     pytest.fail("an unanswerable query was an Exception a library could swallow")
-        assert str(caught.value).startswith("targets/gfx942.yaml: device: a library asked the device for torch.cuda.")
+        line = str(caught.value)   # the test's own line asked: no frame of torch's, xisa's or a target file's
+        assert line.startswith("test_device_answers.py:") and ": torch.cuda." in line and \
+            "targets/gfx942.yaml" not in line, line
     assert issubclass(UnansweredDeviceQuery, BaseException) and not issubclass(UnansweredDeviceQuery, Exception)
 
 
@@ -345,3 +351,101 @@ def test_the_capture_hook_answers_as_the_target_xisa_capture_as_names(tmp_path):
                            env={**env, "XISA_CAPTURE_AS": "gfx9"}, timeout=120)
     assert wrong.returncode == 2 and wrong.stdout == "" and len(wrong.stderr.splitlines()) == 1
     assert wrong.stderr.startswith("xisa capture: XISA_CAPTURE_AS=gfx9: ") and "did you mean 'gfx90a'?" in wrong.stderr
+
+
+# --- what a library does with the GPU outside a launch (issue 38, item 4) ----------------------------------------
+
+GPULIB = '''import subprocess
+
+import torch
+import triton
+
+
+def setup():
+    return {call}
+'''
+
+
+@pytest.mark.parametrize("target_name, call, query", [
+    ("sm_90", "torch.cuda.synchronize()", "torch.cuda.synchronize() is refused while xisa answers as sm_90"),
+    ("sm_90", "torch.cuda.mem_get_info()", "torch.cuda.mem_get_info() is refused"),            # not its cudart()
+    ("sm_90", "torch.cuda.Stream()", "torch.cuda.Stream() is refused"),                        # a dummy class on CPU
+    ("sm_90", "torch.cuda.reset_peak_memory_stats()", "torch.cuda.reset_peak_memory_stats() is refused"),
+    ("sm_90", "torch.cuda.nvtx.range_push('x')", "torch.cuda.nvtx.range_push() is refused"),
+    ("sm_90", "torch.accelerator.current_stream()", "torch.accelerator.current_stream() is refused"),
+    ("gfx942", "torch.cuda.get_device_properties(1)", "torch.cuda.get_device_properties(1) is refused while xisa "
+                                                      "answers as gfx942 (AMD Instinct MI300X): xisa compiles for one"),
+    ("sm_90", "triton.runtime.driver.active.get_current_stream(0)", "triton.runtime.driver.active.get_current_stream "
+                                                                    "is refused"),
+    ("sm_90", "subprocess.run(['nvidia-smi', '-L'])", "nvidia-smi (subprocess.Popen) is refused"),   # from the line
+    ("sm_86", "triton.runtime.driver.active.utils.get_device_properties(0)['mem_clock_rate']",
+     "asks device.memory_clock_rate, which xisa's target file sm_86.yaml does not state for its NVIDIA GeForce RTX "
+     "3090 (fix: state device.memory_clock_rate, with its source under sources.memory_clock_rate, in a "
+     "targets/sm_86.yaml of the project"),
+])
+def test_a_refusal_is_one_line_naming_the_librarys_line_and_the_import_hook_never_a_target_file(
+        tmp_path, monkeypatch, target_name, call, query):
+    """Each way a library touches the GPU that xisa cannot answer is one line: the library's file and line (not
+    torch's, Triton's, the standard library's or xisa's frames under it), what it asked, and the fix, an import
+    hook with its docs; never xisa's target file as the place (it read `targets/sm_90.yaml: device: ...`)."""
+    from xisa.api import open_workspace
+    from xisa.compile.gpu.target_driver import target_driver
+    from xisa.errors import TargetError
+
+    site = write_files(tmp_path / "site", {"gpulib/__init__.py": GPULIB.format(call=call)})
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "gpulib", raising=False)
+    target = open_workspace(cwd=REPO).targets[target_name]
+    with pytest.raises(TargetError) as caught:
+        with target_driver(target):
+            import gpulib
+
+            try:
+                gpulib.setup()
+            except Exception:
+                pytest.fail("an unanswerable query was an Exception a library could swallow")
+    sys.modules.pop("gpulib", None)
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith("gpulib/__init__.py:8 (in setup): "), line
+    assert query in line, line
+    assert "import hook" in line and "docs/platform.md#stub-it-in-an-import-hook" in line, line
+    assert f"targets/{target_name}.yaml:" not in line and str(REPO / "targets") not in line, line
+
+
+def test_the_cuda_random_state_is_the_cpu_generators_and_torch_compile_runs_the_function_itself():
+    """cut-cross-entropy's `@torch.compile(fullgraph=True, dynamic=True)` helpers: dynamo saves and restores
+    `torch.cuda.get_rng_state()` around each trace once `is_available()` is True, then traces for a GPU this machine
+    does not have. A tensor made on the GPU is made on the CPU, from the CPU generator, so that generator is the one
+    torch.cuda's random state stands for; a compiled function runs as written (eagerly), its values its own."""
+    import torch
+
+    from xisa.api import open_workspace
+    from xisa.compile.gpu.target_driver import target_driver
+
+    original_compile = torch.compile
+    with target_driver(open_workspace(cwd=REPO).targets["sm_90"]):
+        torch.cuda.manual_seed(7)
+        first = torch.randn(3, device="cuda")
+        assert torch.cuda.initial_seed() == 7 and torch.cuda.default_generators[0] is torch.default_generator
+        state = torch.cuda.get_rng_state()
+        assert torch.equal(state, torch.get_rng_state())
+        after = torch.randn(3, device="cuda")
+        torch.cuda.set_rng_state(state)
+        assert torch.equal(torch.randn(3, device="cuda"), after)
+        torch.manual_seed(7)                              # torch seeds torch.cuda too (manual_seed_all)
+        assert torch.equal(torch.randn(3, device="cuda"), first)
+        torch.cuda.manual_seed_all(7)
+        assert torch.equal(torch.randn(3, device="cuda"), first)
+        torch.cuda.set_rng_state_all(torch.cuda.get_rng_state_all())
+        with torch.random.fork_rng(devices=[0]):
+            torch.randn(5, device="cuda")
+        assert torch.equal(torch.randn(3, device="cuda"), after)   # fork_rng put the state back
+
+        @torch.compile(fullgraph=True, dynamic=True)
+        def softcapping(logits, softcap: float):
+            return torch.tanh(logits / softcap) * softcap
+
+        logits = torch.randn(4, 8, device="cuda")
+        assert torch.equal(softcapping(logits, 2.0), torch.tanh(logits / 2.0) * 2.0)
+        assert torch.compile(softcapping) is softcapping
+    assert torch.compile is original_compile

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -212,10 +213,12 @@ def test_a_gpu_probe_behind_torchs_back_is_one_line_naming_the_librarys_line(tmp
     asks = (f"import ctypes, os, subprocess\ntry:\n    {PROBES[probe]}\nexcept Exception:\n    pass\n"
             "SCALE = tl.constexpr(2.0)")
     root = _project(tmp_path / "p", asks, ("gfx942",))
-    with pytest.raises(TargetError, match=r"a library asked the device for \S+ \((subprocess.Popen|ctypes.dlopen|"
-                                          r"os.system), from (kernels/vendor.py|\S+/os.py):\d+\): it asks this "
-                                          r"machine's GPU"):
+    with pytest.raises(TargetError) as caught:
         _load_for(root, "gfx942")
+    # the library's own line, never the standard library's (os.popen) or a target file
+    assert re.match(r"(\S*/)?kernels/vendor.py:6: \S+ \((subprocess.Popen|ctypes.dlopen|os.system)\) is refused while xisa "
+                    r"answers as gfx942 \(AMD Instinct MI300X\): it asks this machine's GPU", str(caught.value)), \
+        str(caught.value)
 
 
 def test_a_subprocess_that_asks_no_gpu_runs(tmp_path, fresh_worker):
@@ -282,7 +285,7 @@ def test_a_tensor_a_library_makes_on_the_gpu_at_import_is_made_on_the_cpu_with_i
     assert torch.zeros(2).device.type == "cpu" and torch.get_default_device().type == "cpu"
     fresh_worker.loaded.clear()
     write_files(root, {"kernels/gpu_table.py": GPU_TABLE + "torch.cuda.synchronize()\n"})
-    with pytest.raises(TargetError, match=r"a library asked the device for .*\(gpu_table.py:8, in <module>\)"):
+    with pytest.raises(TargetError, match=r"^(\S*/)?gpu_table.py:8: torch.cuda.synchronize\(\) is refused"):
         _load_for(root, "gfx942")
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xisa.api.workspace import keeps_cache_bounded
-from xisa.capture_site._xisa_capture_hook import (ANSWER_AS_VARIABLE, CONFIG_POLICIES, NO_RUN_VARIABLE, POLICY_VARIABLE,
-                                                  RECORDS_VARIABLE, TARGET_DIRS_VARIABLE)
-from xisa.errors import UsageError, XisaError
+from xisa.capture_site._xisa_capture_hook import (ANSWER_AS_VARIABLE, CONFIG_POLICIES, IMPORT_HOOKS_VARIABLE,
+                                                  NO_RUN_VARIABLE, POLICY_VARIABLE, RECORDS_VARIABLE,
+                                                  TARGET_DIRS_VARIABLE)
+from xisa.errors import EXIT_UNTRUSTED, UsageError, XisaError
 from xisa.names import display_path
 from xisa.spec.project import load_project
 
@@ -36,6 +37,11 @@ class CaptureOutcome:
 
     @property
     def exit_code(self) -> int:
+        """The command's; 2 where it exited 0 and a captured heuristic compiles nowhere (the specs would fail every
+        later compile: capture says which, and why, per kernel)."""
+        if self.command_exit == 0 and self.specs is not None and self.specs.trial is not None \
+                and self.specs.trial.heuristics:
+            return EXIT_UNTRUSTED
         return self.command_exit
 
 
@@ -143,6 +149,8 @@ def _run_once(command: list[str], *, cwd: Path, project, no_run: bool, config_po
         if answer_as is not None:
             env[ANSWER_AS_VARIABLE] = answer_as
             env[TARGET_DIRS_VARIABLE] = os.pathsep.join(str(d) for d in project.target_dirs)
+            # the project's stubs of what a library asks the GPU: the same hooks as its kernel loads, as that target
+            env[IMPORT_HOOKS_VARIABLE] = os.pathsep.join(str(hook) for hook in project.import_hooks)
         try:
             code = subprocess.run(command, cwd=cwd, env=env).returncode
         except (FileNotFoundError, PermissionError) as exc:
@@ -249,6 +257,7 @@ def _hook_environment(records_dir: Path, *, no_run: bool, config_policy: str | N
     env[RECORDS_VARIABLE] = str(records_dir)
     env.pop(NO_RUN_VARIABLE, None)
     env.pop(POLICY_VARIABLE, None)
+    env.pop(IMPORT_HOOKS_VARIABLE, None)
     if no_run:
         env[NO_RUN_VARIABLE] = "1"
     if config_policy is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 import time
@@ -51,6 +52,9 @@ class TrialSummary:
     left_out: list[str] = field(default_factory=list)    # `spec: case on TARGETS: reason`
     left_cells: int = 0
     nowhere: list[str] = field(default_factory=list)     # cases no target compiles
+    # kernels whose captured heuristics no target computes again as the launch did: `spec: heuristic 'NAME' on N
+    # cases (names): why` (the capture fails: the spec was written, and compiles nowhere)
+    heuristics: list[str] = field(default_factory=list)
     not_loaded: list[str] = field(default_factory=list)  # specs that did not load (their error line)
     not_run: str | None = None                           # why the compile could not run at all
     seconds: float = 0.0
@@ -216,6 +220,7 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
         return {}, summary
     summary.seconds = time.monotonic() - started
     said: dict[tuple[str, str], dict[str, str]] = {}
+    kinds: dict[tuple[str, str], set[str | None]] = {}
     for result in run.results if run else []:
         said.setdefault((result.kernel, result.case), {})
         reason = _refusal(result, by_name[result.kernel][1].spec_path)
@@ -223,6 +228,8 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
         summary.ok += reason is None
         if reason is not None:
             said[(result.kernel, result.case)][result.target] = reason
+            kinds.setdefault((result.kernel, result.case), set()).add(result.error_kind)
+    unheuristic: dict[tuple[str, str], tuple[list[str], str]] = {}   # (spec, heuristic) -> (cases, why)
     trials: dict[Path, dict[str, Trial]] = {}
     every = [targets[name] for name in sorted(targets)]
     for (kernel, case_name), refused in said.items():
@@ -234,7 +241,13 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
         trials.setdefault(plan.path, {})[case_name] = Trial(tried=tried, refused=refused,
                                                             targets=None if all_refused or not refused else left)
         shown = spec.spec_path
-        if all_refused:
+        if all_refused and kinds.get((kernel, case_name)) == {"heuristic"}:
+            # not a target's limit: the captured form of a heuristic does not compile anywhere
+            why = next(iter(refused.values()))
+            named = re.search(r"heuristic '([^']+)'", why)
+            cases, _ = unheuristic.setdefault((shown, named[1] if named else "?"), ([], why))
+            cases.append(case_name)
+        elif all_refused:
             summary.nowhere.append(f"{shown}: {case_name}: {next(iter(refused.values()))}")
         elif refused:
             by_reason: dict[str, list[str]] = {}
@@ -242,6 +255,11 @@ def trial_compile(plans: list[SpecPlan], *, project: Project, patterns: list[str
                 by_reason.setdefault(why, []).append(target)
             summary.left_out += [f"{shown}: {case_name} on {', '.join(names)}: {why}" for why, names in by_reason.items()]
         summary.left_cells += len(refused) if not all_refused else 0
+    for (shown, heuristic), (cases, why) in unheuristic.items():
+        listed = ", ".join(cases[:4]) + (f", and {len(cases) - 4} more" if len(cases) > 4 else "")
+        why = re.sub(r"^cases\[\d+\] \([^)]*\): (heuristic '[^']+' )?", "", why)
+        summary.heuristics.append(f"{shown}: the captured heuristic {heuristic!r} compiles on no target, in "
+                                  f"{len(cases)} case{'s' if len(cases) != 1 else ''} ({listed}): {why}")
     return trials, summary
 
 

@@ -14,6 +14,7 @@ NO_RUN_VARIABLE = "XISA_CAPTURE_NO_RUN"            # "1": record each launch, co
 POLICY_VARIABLE = "XISA_CAPTURE_CONFIG_POLICY"     # one of CONFIG_POLICIES
 ANSWER_AS_VARIABLE = "XISA_CAPTURE_AS"             # a target: the program's device queries answered as its GPU
 TARGET_DIRS_VARIABLE = "XISA_CAPTURE_TARGETS"      # the folders of its target files (os.pathsep-separated)
+IMPORT_HOOKS_VARIABLE = "XISA_CAPTURE_IMPORT_HOOKS"   # the project's [tool.xisa] import_hooks, entered as the target
 # How an autotuner with several configs picks the one a launch uses (and the case records):
 CONFIG_POLICIES = {
     "bench": "the autotuner benchmarks each config, as the program does (needs the kernels to run)",

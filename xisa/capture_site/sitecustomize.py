@@ -35,8 +35,8 @@ The methods wrapped have the same signatures in Triton 3.6 and 3.8 (`run(self, *
 import os
 import sys
 
-from _xisa_capture_hook import (ANSWER_AS_VARIABLE, CONFIG_POLICIES, MODULES, NO_RUN_VARIABLE, POLICY_VARIABLE,
-                                RECORDS_VARIABLE, TARGET_DIRS_VARIABLE, PatchOnImport, WouldBenchmark, active_device,
+from _xisa_capture_hook import (ANSWER_AS_VARIABLE, CONFIG_POLICIES, IMPORT_HOOKS_VARIABLE, MODULES, NO_RUN_VARIABLE,
+                                POLICY_VARIABLE, RECORDS_VARIABLE, TARGET_DIRS_VARIABLE, PatchOnImport, WouldBenchmark, active_device,
                                 innermost, interpreted_class, launch_classes, launch_site, patch, wrapper_classes)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -173,8 +173,19 @@ class _Recorder:
                 constexprs.pop(name, None)
             for name in ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override"):
                 options.pop(name, None)
-        for name in computed:   # the heuristics compute these again from the case's arguments
-            constexprs.pop(name, None)
+        # A value the program passed itself and a heuristic computed alike (cut-cross-entropy's `"REQUIRES_GRAD":
+        # lambda args: args["REQUIRES_GRAD"]`) stays the case's own too: a heuristic that reads its own key needs it
+        # given, or the compile has nothing to read (KeyError). Else the heuristics compute it again from the case.
+        passed = self.local.__dict__.get("calls", {}).get(id(chain[-1]), {}) if chain else {}
+        configured = set(chosen["kwargs"]) | set(chosen["options"]) if chosen is not None else set()
+        for name in computed:
+            if name in passed and name not in configured and _same(_constexpr(passed[name]), computed[name]):
+                if name in constexprs or name in names:
+                    constexprs[name] = computed[name]
+                else:
+                    options[name] = computed[name]
+            else:
+                constexprs.pop(name, None)
         module = sys.modules.get(fn.__module__)
         outer = chain[-1] if chain else kernel
         named = _attribute_name(module, outer, fn.__name__)
@@ -402,14 +413,16 @@ def _config(config, configs, kept=lambda: []) -> dict:
     return chosen
 
 
+def _same(given, value) -> bool:
+    """Equal as a spec writes them: True is not 1."""
+    return isinstance(given, bool) == isinstance(value, bool) and given == value
+
+
 def _configs_matching(values: dict, configs) -> list:
     """The configs whose values are `values` on its keys, as the spec's `config:` mapping selects them."""
-    def same(given, value):
-        return isinstance(given, bool) == isinstance(value, bool) and given == value
-
     missing = object()
     return [config for config in configs
-            if all(same(value, _constexpr(config.all_kwargs().get(name, missing if value is not None else None)))
+            if all(_same(value, _constexpr(config.all_kwargs().get(name, missing if value is not None else None)))
                    for name, value in values.items())]
 
 
@@ -509,7 +522,9 @@ if os.environ.get(ANSWER_AS_VARIABLE):
         from xisa.compile.gpu.target_driver import answer_device_queries
 
         _folders = [p for p in os.environ.get(TARGET_DIRS_VARIABLE, "").split(os.pathsep) if p]
-        answer_device_queries(os.environ[ANSWER_AS_VARIABLE], [__import__("pathlib").Path(p) for p in _folders] or None)
+        _hooks = [p for p in os.environ.get(IMPORT_HOOKS_VARIABLE, "").split(os.pathsep) if p]
+        answer_device_queries(os.environ[ANSWER_AS_VARIABLE], [__import__("pathlib").Path(p) for p in _folders] or None,
+                              [__import__("pathlib").Path(p) for p in _hooks])
     except Exception as exc:
         print(f"xisa capture: {ANSWER_AS_VARIABLE}={os.environ[ANSWER_AS_VARIABLE]}: {exc}", file=sys.stderr, flush=True)
         os._exit(2)

@@ -92,5 +92,7 @@ def _print_trial(trial) -> None:
         err.print(f"xisa: left out {line}", highlight=False, markup=False)
     for line in trial.nowhere:
         err.print(f"xisa: warning: no target compiles {line}", highlight=False, markup=False)
+    for line in trial.heuristics:
+        err.print(f"xisa: error: {line}", highlight=False, markup=False)
     for line in trial.not_loaded:
         err.print(f"xisa: warning: not compiled, the spec does not load: {line}", highlight=False, markup=False)

@@ -14,6 +14,7 @@ from typing import Any
 from xisa.analyze import lines
 from xisa.analyze.model import Analysis
 from xisa.analyze.stages import stage_fingerprints
+from xisa.compile.gpu.import_hooks import hooks_entered
 from xisa.compile.launch.bind import bind_cell
 from xisa.compile.launch.loader import from_source, kernel_platform_facts, load_kernel_function
 from xisa.compile.tools.ptxas import canonical_ptxas, ptx_file_paths
@@ -54,7 +55,7 @@ def _compile_cell(cell: Cell, *, roots: list[Path], keep_stages: bool, store: Ba
         fn = load_kernel_function(cell.kernel, roots=roots, target=cell.target)
         # What the compile reads is a dependency as well; a module a heuristic imports now is compiled from its
         # source, as a load's are (a __pycache__ entry would be read in its place, and not be in the depfile).
-        with compiling(cell.kernel, cell.target), from_source():
+        with compiling(cell.kernel, cell.target), from_source(), hooks_entered(cell.kernel, cell.target):
             with variables_read_binding():
                 bound = bind_cell(cell, fn)
             result.binding = bound.signature_record()

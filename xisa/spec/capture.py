@@ -296,8 +296,9 @@ def _header(kernel: CapturedKernel, *, root: Path, command: str, tried: tuple[st
         if "Autotuner" in kernel.through:
             said.append("each case's `config:` is the config the autotuner chose")
         if "Heuristics" in kernel.through:
-            said.append("the heuristics' values are not in `constexprs:`: they are computed again from the case's "
-                        "arguments when it compiles")
+            said.append("the heuristics' values are computed again from the case's arguments when it compiles, and "
+                        "must be the launch's (`heuristics:`); only a value the program passed itself is also in "
+                        "`constexprs:`")
         notes.append("; ".join(said))
     if kernel.wrapper:
         notes.append(f"the program launched the @triton.jit function inside the {kernel.wrapper} {kernel.function} "

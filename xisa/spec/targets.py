@@ -22,6 +22,9 @@ _TOP_KEYS = {"name", "backend", "arch", "warp_size", "family", "description", "f
 # A device target (docs/targets.md) states the device and takes everything else from its arch target's file.
 _DEVICE_TARGET_KEYS = {"name", "device_of", "description", "device", "sources"}
 DEVICE_SEPARATOR = "-"   # gfx942-mi308x: the arch target's name, then the device's
+# The folders of the target files xisa ships: in an installed wheel, and in a source checkout.
+XISA_TARGET_DIRS = frozenset({Path(__file__).resolve().parent.parent / "_targets",
+                              Path(__file__).resolve().parent.parent.parent / "targets"})
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Target:
     sources: dict[str, str] = field(compare=False, repr=False)
     path: str = field(compare=False, repr=False, default="")
     device_of: str | None = None            # a device target: its arch target's name (None: an arch target)
+    bundled: bool = field(compare=False, repr=False, default=False)   # its file is one xisa ships (not the project's)
 
     @property
     def handler(self) -> Backend:
@@ -156,12 +160,15 @@ def load_targets(directories: list[Path], *, root: Path | None = None) -> dict[s
     """All targets in the given folders; a later folder's target of the same name replaces an earlier one. Device
     targets load after every arch target, so a project's device may be of a bundled arch."""
     found: dict[str, tuple[Any, str]] = {}
+    bundled: set[str] = set()
     for directory in directories:
         if not directory.is_dir():
             continue
+        ours = directory.resolve() in XISA_TARGET_DIRS
         for path in sorted(directory.glob("*.yaml")):
             shown = display_path(path, root)
             found[path.stem] = (load_yaml(path, error=TargetError, display=shown), shown)
+            (bundled.add if ours else bundled.discard)(path.stem)
     if not found:
         raise TargetError("no target files found", path=", ".join(display_path(d, root) for d in directories),
                           fix="add targets/<name>.yaml")
@@ -170,7 +177,7 @@ def load_targets(directories: list[Path], *, root: Path | None = None) -> dict[s
     for stem, (data, shown) in found.items():
         if is_device[stem]:
             targets[stem] = parse_device_target(data, shown, targets)
-    return {name: targets[name] for name in sorted(targets)}
+    return {name: dataclasses.replace(targets[name], bundled=name in bundled) for name in sorted(targets)}
 
 
 def selects(pattern: str, target: Target) -> bool:

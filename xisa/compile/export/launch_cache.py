@@ -115,6 +115,7 @@ def export_cell(cell, *, roots: list[Path], triton_cache: Path) -> dict[str, Any
     import triton
     from triton.compiler import ASTSource
 
+    from xisa.compile.gpu.import_hooks import hooks_entered
     from xisa.compile.launch.bind import bind_cell
     from xisa.compile.launch.loader import from_source, load_kernel_function
     from xisa.compile.incremental.reads import compiling
@@ -122,7 +123,7 @@ def export_cell(cell, *, roots: list[Path], triton_cache: Path) -> dict[str, Any
     from xisa.compile.worker.toolchain import knobs_restored
 
     fn = load_kernel_function(cell.kernel, roots=roots, target=cell.target)
-    with knobs_restored(), compiling(cell.kernel, cell.target), from_source():
+    with knobs_restored(), compiling(cell.kernel, cell.target), from_source(), hooks_entered(cell.kernel, cell.target):
         bound = bind_cell(cell, fn)
         source = ASTSource(bound.fn, bound.signature, bound.constexprs, bound.attrs)
         compiled = triton.compile(source, target=bound.target, options=vars(bound.options))

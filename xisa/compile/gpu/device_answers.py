@@ -7,9 +7,12 @@ reference product of that target would give it, through the two doors libraries 
 - `torch.cuda` (`is_available`, `device_count`, `current_device`, `get_device_properties`, `get_device_capability`,
   `get_device_name`, `set_device`, the `torch.cuda.device(i)` context) and `torch.version.cuda` / `torch.version.hip`, patched for the duration only;
 - Triton's driver (`xisa.compile.gpu.target_driver`): `utils.get_device_properties(i)` with the backend's keys.
-A query xisa cannot answer (a fact the file does not state, a stream, a second device, a benchmark) raises
-`UnansweredDeviceQuery`, a BaseException, so a library's `except Exception:` fallback cannot turn it into a
-silently different config; the context that answers turns it into a one-line `TargetError` naming the query.
+What a CPU-only program would see, exactly, is answered so: a tensor made on the GPU is made on the CPU
+(`tensors.py`), torch.cuda's random state is the CPU generator's, `torch.compile` runs the function itself.
+A query xisa cannot answer (a fact the file does not state, a stream, a second device, a benchmark, what torch's CPU
+build cannot do) raises `UnansweredDeviceQuery`, a BaseException, so a library's `except Exception:` fallback cannot
+turn it into a silently different config; its one line (a `TargetError`) names the library's line that asked
+(`where.py`), what it asked and the fix (an import hook), never a target file as the place.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from xisa.compile.gpu.probes import refuse_probes
 from xisa.compile.gpu.tensors import tensors_on_cpu
+from xisa.compile.gpu.where import IMPORT_HOOK_FIX, asking_line
 from xisa.compile.worker.platform_facts import BACKEND, ENVIRONMENT_PACKAGES, platform_fact
 from xisa.errors import TargetError
 from xisa.spec.device_facts import device_fact
@@ -93,8 +98,9 @@ class DeviceAnswers:
     `refused` (those that were not), `askers` (the top packages whose code was running when the device was asked:
     they may keep the answers, so they are loaded anew per target)."""
 
-    def __init__(self, target):
+    def __init__(self, target, *, capturing: bool = False):
         self.target = target
+        self.capturing = capturing   # the answers of a whole captured program (`xisa capture`), not of one load
         self.asked: list[str] = []
         self.facts: dict[str, Any] = {}
         self.refused: list[UnansweredDeviceQuery] = []
@@ -110,23 +116,42 @@ class DeviceAnswers:
         self.askers.update(_asking_packages())
 
     def refuse(self, query: str, fact: str | None = None, why: str = "", fix: str = "") -> UnansweredDeviceQuery:
-        """The error for a query with no answer, recorded (a bare `except:` that swallows it is still caught)."""
+        """The error for a query with no answer, recorded (a bare `except:` that swallows it is still caught). It
+        names the line of the library's (or the program's) code that asked, and the fix; never a target file as
+        the place: the target answered, the library asked."""
         target = self.target
+        asked = asking_line(sys._getframe(1))
+        place = None if asked is None else asked[0] if asked[1] == "<module>" else f"{asked[0]} (in {asked[1]})"
         if target is None:
-            error = TargetError(f"the kernel's code asked the device for {query} while xisa loads it for no particular "
-                                "target (as `config: all` does, to count an autotuner's configs)",
+            error = TargetError(f"{query} was asked while xisa loads the kernel's module for no particular target "
+                                "(as `config: all` does, to count an autotuner's configs)", path=place,
                                 fix="give the case's config as an index or a mapping of values")
         elif fact is not None:
-            error = TargetError(f"a library asked the device for {query}, which the file does not state for its "
-                                f"{target.device.product}", path=target.path or target.name, field=f"device.{fact}",
-                                fix=f"add device.{fact} with its source under sources.{fact}")
+            owner = (f"xisa's target file {target.name}.yaml" if target.bundled else
+                     f"the target file {target.path or target.name}")
+            error = TargetError(f"{query} asks device.{fact}, which {owner} does not state for its "
+                                f"{target.device.product}", path=place, fix=self.unstated_fix(fact))
         else:
-            error = TargetError(f"a library asked the device for {query}: {why or 'xisa compiles with no GPU'}",
-                                path=target.path or target.name, field="device",
-                                fix=fix or "ask it in the launch function instead (xisa runs no launch)")
+            error = TargetError(f"{query} is refused while xisa answers as {target.name} ({target.device.product}): "
+                                f"{why or LIVE_GPU}", path=place, fix=fix or self.live_gpu_fix())
         refused = UnansweredDeviceQuery(error)
         self.refused.append(refused)
         return refused
+
+    def unstated_fix(self, fact: str) -> str:
+        """State the fact in the project's own target file (a project's `targets/NAME.yaml` replaces xisa's), or
+        stub the query in an import hook."""
+        target = self.target
+        where = (f"a targets/{target.name}.yaml of the project (a copy of xisa's: the project's file of a name "
+                 "replaces xisa's)" if target.bundled else target.path or f"targets/{target.name}.yaml")
+        return f"state device.{fact}, with its source under sources.{fact}, in {where}; or stub the query in {IMPORT_HOOK_FIX}"
+
+    def live_gpu_fix(self) -> str:
+        """What to do about a call that needs a live GPU, where the program runs (capture) or a module loads."""
+        if self.capturing:
+            return ("stub it in " + IMPORT_HOOK_FIX + "; or skip it where XISA_CAPTURE_NO_RUN=1 is set (`xisa capture "
+                    "--no-run` sets it), or capture on a GPU")
+        return "stub it in " + IMPORT_HOOK_FIX + "; or make the call in the launch function (xisa runs no launch)"
 
     # --- answers -----------------------------------------------------------------------------------------------
 
@@ -334,6 +359,50 @@ def _torch_functions(answers: DeviceAnswers) -> dict[str, Any]:
             "get_arch_list": get_arch_list, "is_initialized": is_initialized}
 
 
+def _random_functions(answers: DeviceAnswers, torch) -> dict[str, Any]:
+    """torch.cuda's random-number state, answered from the CPU generator: under xisa a tensor made on the GPU is made
+    on the CPU (`tensors_on_cpu`), from the CPU generator, so that generator is the one `torch.cuda`'s stands for.
+    Dynamo saves and restores it around a trace once `is_available()` is True (cut-cross-entropy's
+    `@torch.compile(fullgraph=True)` helpers), checkpointing and `torch.random.fork_rng` too; `torch.cuda.manual_seed`
+    seeds what the program's GPU tensors are drawn from, as on a GPU."""
+    generator = torch.default_generator
+
+    def one_device(query: str, device) -> None:
+        current_answers(answers).device_index(device, query)
+        current_answers(answers).note(query)
+
+    def get_rng_state(device="cuda"):
+        one_device(f"torch.cuda.get_rng_state({device!r})", device)
+        return generator.get_state()
+
+    def set_rng_state(new_state, device="cuda") -> None:
+        one_device(f"torch.cuda.set_rng_state(..., {device!r})", device)
+        generator.set_state(new_state)
+
+    def get_rng_state_all():
+        return [get_rng_state(0)]
+
+    def set_rng_state_all(new_states) -> None:
+        for index, state in enumerate(new_states):
+            set_rng_state(state, index)
+
+    def manual_seed(seed) -> None:
+        current_answers(answers).note("torch.cuda.manual_seed()")
+        generator.manual_seed(int(seed))
+
+    def seed() -> None:
+        current_answers(answers).note("torch.cuda.seed()")
+        generator.seed()
+
+    def initial_seed() -> int:
+        current_answers(answers).note("torch.cuda.initial_seed()")
+        return generator.initial_seed()
+
+    return {"get_rng_state": get_rng_state, "set_rng_state": set_rng_state, "get_rng_state_all": get_rng_state_all,
+            "set_rng_state_all": set_rng_state_all, "manual_seed": manual_seed, "manual_seed_all": manual_seed,
+            "seed": seed, "seed_all": seed, "initial_seed": initial_seed}
+
+
 def _accelerator_functions(answers: DeviceAnswers, torch) -> dict[tuple[Any, str], Any]:
     """torch's device-generic doors (`torch.get_device_module()`, `torch.accelerator`; SGLang's and vLLM's kernels
     size configs through them): the accelerator is the target's GPU, `torch.cuda` as answered above. On a CPU
@@ -371,7 +440,60 @@ def _accelerator_functions(answers: DeviceAnswers, torch) -> dict[tuple[Any, str
                          (accelerator, "current_device_index"): index("torch.accelerator.current_device_index()"),
                          (accelerator, "current_device_idx"): index("torch.accelerator.current_device_idx()"),
                          (accelerator, "set_device_index"): set_index, (accelerator, "set_device_idx"): set_index})
+        for name in _ACCELERATOR_LIVE:   # streams, synchronize, memory: a live GPU's (a CPU torch has no accelerator)
+            if callable(getattr(accelerator, name, None)):
+                answered[(accelerator, name)] = _refusing(answers, f"torch.accelerator.{name}()")
     return answered
+
+
+_ACCELERATOR_LIVE = ("current_stream", "set_stream", "synchronize", "empty_cache", "empty_host_cache", "get_memory_info",
+                     "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
+                     "memory_stats", "reset_accumulated_memory_stats", "reset_peak_memory_stats")
+# torch.cuda's classes of a live GPU: on a CPU torch their bases are dummies that fail in torch's words.
+_CUDA_LIVE_CLASSES = ("Stream", "ExternalStream", "Event", "CUDAGraph", "MemPool", "graph")
+
+
+def _refusing(answers: DeviceAnswers, query: str):
+    def refuse(*_args, **_kwargs):
+        raise current_answers(answers).refuse(query)
+    return refuse
+
+
+def _refusing_new(answers: DeviceAnswers, query: str):
+    def __new__(cls, *_args, **_kwargs):
+        raise current_answers(answers).refuse(query)
+    return staticmethod(__new__)
+
+
+def _in_torchs_words(answers: DeviceAnswers, name: str, original):
+    """torch.cuda.`name` as torch's CPU build runs it; where it fails for want of CUDA (`reset_peak_memory_stats`:
+    no `torch._C._cuda_resetPeakMemoryStats`; `nvtx.range_push`), called from a library's line, the failure is the
+    one line of a refusal naming that line. Called from torch itself, torch's own error stays (its own fallbacks)."""
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller.partition(".")[0] == "torch":
+                raise
+            first = (str(exc).splitlines() or [""])[0][:160]
+            raise current_answers(answers).refuse(
+                f"torch.cuda.{name}()", why=f"torch without CUDA cannot do it ({type(exc).__name__}: {first})") from None
+    return call
+
+
+def _compile_eagerly(answers: DeviceAnswers):
+    """`torch.compile` while xisa answers as a target: the function or module itself, run eagerly. Dynamo and
+    inductor would trace for the GPU the answers describe (its streams, its RNG) on a machine without one; no kernel
+    of theirs is one xisa records (a Triton kernel launched inside runs through its own launch, recorded), and the
+    values are the function's own. cut-cross-entropy's `@torch.compile(fullgraph=True, dynamic=True)` helpers."""
+    def compile(model=None, **_options):
+        current_answers(answers).note("torch.compile")
+        if model is None:
+            return lambda function: function
+        return model
+    return compile
 
 
 def _refused(answers: DeviceAnswers, query: str):
@@ -418,15 +540,33 @@ def torch_answers(answers: DeviceAnswers) -> Iterator[None]:
         patch(torch.cuda, name, function)
     for (owner, name), function in _accelerator_functions(answers, torch).items():
         patch(owner, name, function)
+    import torch.cuda.random
+
+    for name, function in _random_functions(answers, torch).items():
+        for owner in (torch.cuda, torch.cuda.random):
+            if name in vars(owner):
+                patch(owner, name, function)
+    patch(torch.cuda, "default_generators", (torch.default_generator,))   # the one device's: the CPU generator
+    answered = {name for owner, name, _ in saved if owner is torch.cuda}
+    for name in getattr(torch.cuda, "__all__", ()):
+        function = vars(torch.cuda).get(name)
+        if name not in answered and isinstance(function, types.FunctionType) and name != "_lazy_init":
+            patch(torch.cuda, name, _in_torchs_words(answers, name, function))
+    import torch.cuda.nvtx
+
+    for name in ("range_push", "range_pop", "range_start", "range_end", "mark", "range"):
+        function = vars(torch.cuda.nvtx).get(name)
+        if isinstance(function, types.FunctionType):
+            patch(torch.cuda.nvtx, name, _in_torchs_words(answers, f"nvtx.{name}", function))
+    for name in _CUDA_LIVE_CLASSES:
+        cls = vars(torch.cuda).get(name)
+        if isinstance(cls, type):
+            patch(cls, "__new__", _refusing_new(answers, f"torch.cuda.{name}()"))
+    patch(torch, "compile", _compile_eagerly(answers))
     original_init = vars(torch.cuda).get("_lazy_init")
 
     def lazy_init(*_args, **_kwargs):
-        caller = sys._getframe(1)   # torch.cuda.synchronize, or the program's own line (a CUDA tensor made in C++)
-        module = caller.f_globals.get("__name__", "")
-        call = f"{module}.{caller.f_code.co_name}()" if module.startswith("torch.cuda") else "a live GPU"
-        raise answers.refuse(f"{call}{_called_from(caller)}",
-                             why="a CUDA tensor, a stream, an event or memory needs one, and only the device's "
-                                 "queries are answered", fix=_LIVE_GPU_FIX)
+        raise answers.refuse(_torch_call(sys._getframe(1), torch))
 
     for module in [m for n, m in list(sys.modules.items()) if n == "torch.cuda" or n.startswith("torch.cuda.")]:
         if module is not None and original_init is not None and vars(module).get("_lazy_init") is original_init:
@@ -469,18 +609,23 @@ def _version_module(answers: DeviceAnswers, base: type) -> type:
 
 _ABSENT = object()
 
-# Under `xisa capture --no-run` the program runs on this machine: its tensors must be CPU tensors. It sees
-# XISA_CAPTURE_NO_RUN=1 (`NO_RUN_VARIABLE` of xisa/capture_site/_xisa_capture_hook.py) to pick them by.
-_LIVE_GPU_FIX = ("under `xisa capture --no-run` give the program CPU tensors (it runs with XISA_CAPTURE_NO_RUN=1 "
-                 "set: pick the device by it, not by torch.cuda.is_available(), which answers as the GPU), or "
-                 "capture on a GPU; in a kernel's module, make it in the launch function (xisa runs no launch)")
+LIVE_GPU = "it needs a live GPU (a stream, an event, memory, a synchronize), and xisa runs nothing on one"
 
 
-def _called_from(frame) -> str:
-    """` (run.py:22, in norms)`: the first frame outside torch, the program's own line that needed the GPU."""
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "torch":
+def _torch_call(frame, torch) -> str:
+    """The call of torch.cuda's that reached CUDA's initialization, as the library (or torch itself) made it: the
+    outermost of the torch.cuda frames under it (`torch.cuda.mem_get_info()`, not the `cudart()` it calls)."""
+    outermost = None
+    while frame is not None:
+        name = frame.f_globals.get("__name__") or ""
+        if name == "torch.cuda" or name.startswith("torch.cuda."):
+            outermost = frame
+        elif name.partition(".")[0] != "xisa":
+            break
         frame = frame.f_back
-    if frame is None:
-        return ""
-    code = frame.f_code
-    return f" ({code.co_filename.rpartition('/')[2]}:{frame.f_lineno}, in {code.co_name})"
+    if outermost is None:
+        return "a CUDA call of torch's C++"
+    module, function = outermost.f_globals["__name__"], outermost.f_code.co_name
+    if hasattr(torch.cuda, function):
+        return f"torch.cuda.{function}()"
+    return f"{module}.{function}()"

@@ -13,6 +13,8 @@ import re
 import sys
 from typing import Any, Callable
 
+from xisa.compile.gpu.where import IMPORT_HOOK_FIX
+
 PROBE_TOOLS = frozenset({"nvidia-smi", "rocminfo", "rocm-smi", "amd-smi", "rocm_agent_enumerator", "amdgpu-arch",
                          "offload-arch", "nvptx-arch", "hipInfo", "deviceQuery", "clinfo", "lspci"})
 PROBE_LIBRARIES = ("libnvidia-ml", "libamd_smi", "librocm_smi", "libcuda.so", "libcudart", "libamdhip64",
@@ -46,20 +48,10 @@ def _refuse_probes(event: str, args: tuple) -> None:
     probe = probe_of(event, args) if answers is not None else None
     if probe is not None:
         raise answers.refuse(
-            f"{probe} ({event}{_caller(sys._getframe(1))})", why="it asks this machine's GPU, not the target's (with none, the library falls "
+            f"{probe} ({event})", why="it asks this machine's GPU, not the target's (with none, the library falls "
                                       "back to a value of its own)",
-            fix="answer the library's platform per target in an import hook ([tool.xisa] import_hooks, "
-                "docs/capture.md), or set the library's own switch for the target (e.g. GEMS_VENDOR)")
-
-
-def _caller(frame) -> str:
-    """', from vllm/platforms/__init__.py:42': the first frame outside the standard library, the library's line."""
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in sys.stdlib_module_names:
-        frame = frame.f_back
-    if frame is None:
-        return ""
-    parts = frame.f_code.co_filename.replace(os.sep, "/").split("/")
-    return f", from {'/'.join(parts[-2:])}:{frame.f_lineno}"
+            fix=f"answer the library's platform in {IMPORT_HOOK_FIX}; or set the library's own switch for the "
+                "target (e.g. GEMS_VENDOR)")
 
 
 _WATCHED = frozenset({"ctypes.dlopen", *_PROCESS_EVENTS})

@@ -8,6 +8,7 @@ same for the rest of a process (`xisa capture` on a machine without the target's
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,7 +44,7 @@ class TargetUtils:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        raise self._now.refuse(f"triton.runtime.driver.active.utils.{name}", why="it needs a live GPU")
+        raise self._now.refuse(f"triton.runtime.driver.active.utils.{name}")
 
 
 class LoadTargetDriver:
@@ -101,8 +102,7 @@ class LoadTargetDriver:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        raise self._now.refuse(f"triton.runtime.driver.active.{name}", why="it needs a live GPU (xisa compiles "
-                                                                              "with none and runs no launch)")
+        raise self._now.refuse(f"triton.runtime.driver.active.{name}")
 
 
 @contextlib.contextmanager
@@ -156,11 +156,14 @@ def _remember_askers(answers: DeviceAnswers) -> None:
     WORKER.learn_device_packages(answers.askers)
 
 
-def answer_device_queries(target_name: str, target_dirs: list[Path] | None = None) -> LoadTargetDriver:
+def answer_device_queries(target_name: str, target_dirs: list[Path] | None = None,
+                          import_hooks: list[Path] | None = None) -> LoadTargetDriver:
     """Answer the device queries of the rest of this process as `target_name` would (`xisa capture` with
     XISA_CAPTURE_AS=<target> on a machine without that GPU): Triton's driver and torch.cuda, from the target
-    file found in `target_dirs` (default: the project of the working folder). An unanswerable query raises
-    UnansweredDeviceQuery (its message is the one line), which a library cannot swallow."""
+    file found in `target_dirs` (default: the project of the working folder). The project's `import_hooks` are
+    entered for the process once torch is imported (after xisa's answers, so a hook's stubs win, as in a load). An
+    unanswerable query raises UnansweredDeviceQuery, which a library cannot swallow; one that stops the program is
+    its one line on stderr, not a traceback (`_report_refusals`)."""
     from xisa.spec.project import load_project
     from xisa.spec.targets import load_targets, unknown_target
 
@@ -171,12 +174,22 @@ def answer_device_queries(target_name: str, target_dirs: list[Path] | None = Non
         targets = load_targets(list(target_dirs))
     if target_name not in targets:
         raise unknown_target(target_name, targets)
-    stand_in = LoadTargetDriver(targets[target_name])
+    stand_in = LoadTargetDriver(targets[target_name], DeviceAnswers(targets[target_name], capturing=True))
+    _report_refusals(stand_in.answers)
 
     def answer_torch() -> None:
         answering = torch_answers(stand_in.answers)
         answering.__enter__()    # for the process's lifetime: never exited (held, so it is not collected and undone)
         _PROCESS_ANSWERS.append(answering)
+        if import_hooks:
+            from xisa.compile.gpu.import_hooks import enter_for_process
+            from xisa.errors import XisaError
+
+            try:
+                enter_for_process(list(import_hooks), targets[target_name], stand_in.answers)
+            except XisaError as exc:   # a hook that does not load: the program would run unstubbed
+                print(f"xisa: error: {exc}", file=sys.stderr, flush=True)
+                os._exit(2)
 
     def activate_driver() -> None:
         from triton.runtime.driver import driver
@@ -191,6 +204,52 @@ def answer_device_queries(target_name: str, target_dirs: list[Path] | None = Non
         else:
             sys.meta_path.insert(0, _AfterImport(name, then))
     return stand_in
+
+
+def _report_refusals(answers: DeviceAnswers) -> None:
+    """A refusal that stops the captured program is its one line on stderr (`xisa: error: LIBRARY:LINE: ... (fix:
+    ...)`), not a traceback through torch; one the program swallowed and went on past (a bare `except:`, a test
+    runner reporting the test) is named once more as the process ends (a warning: what followed ran on a fallback,
+    and the exit code is the program's)."""
+    import atexit
+    import threading
+
+    reported: set[str] = set()
+
+    def refusal_in(exc: BaseException | None) -> UnansweredDeviceQuery | None:
+        seen = set()
+        while exc is not None and id(exc) not in seen:
+            if isinstance(exc, UnansweredDeviceQuery):
+                return exc
+            seen.add(id(exc))
+            exc = exc.__cause__ or exc.__context__
+        return None
+
+    def report(line: str, prefix: str = "xisa: error: ") -> None:
+        if line not in reported:
+            reported.add(line)
+            print(f"{prefix}{line}", file=sys.stderr, flush=True)
+
+    previous_hook, previous_thread_hook = sys.excepthook, threading.excepthook
+
+    def excepthook(kind, exc, traceback) -> None:
+        refused = refusal_in(exc)
+        if refused is None:
+            return previous_hook(kind, exc, traceback)
+        report(str(refused))
+
+    def thread_excepthook(args) -> None:
+        refused = refusal_in(args.exc_value)
+        if refused is None:
+            return previous_thread_hook(args)
+        report(str(refused))
+
+    def at_exit() -> None:
+        for refused in answers.refused:
+            report(str(refused), "xisa: warning: the program went on past a refused device query: ")
+
+    sys.excepthook, threading.excepthook = excepthook, thread_excepthook
+    atexit.register(at_exit)
 
 
 _PROCESS_ANSWERS: list = []

@@ -22,7 +22,7 @@ from typing import Any
 from xisa.compile.launch.prune import (describe_config, describe_kept, kept_configs, listed_index, plain_config,
                                 same_config)
 from xisa.compile.launch.standins import constexpr_value, plain
-from xisa.errors import BindError, SpecError
+from xisa.errors import BindError, HeuristicError, SpecError
 from xisa.spec.cases import Cell, KernelSpec
 
 def autotuner_of(wrappers: tuple[Any, ...], spec: KernelSpec, field: str):
@@ -173,17 +173,25 @@ def _apply_heuristics(cell: Cell, wrapper, launch: dict[str, Any], given: dict[s
     """`Heuristics.run`: each of its keys set in `launch` from a dict of every argument."""
     path, where = cell.kernel.spec_path, cell.field_path or "case"
     for name, heuristic in wrapper.values.items():
+        arguments = _Arguments(launch)
         try:
-            value = heuristic(dict(launch))
+            value = heuristic(arguments)
         except Exception as exc:
-            raise BindError(f"heuristic {name!r} raised {type(exc).__name__}: {exc}".splitlines()[0],
-                            path=path, field=where, fix="give the case the arguments the heuristic reads") \
-                from None
+            if isinstance(exc, KeyError) and exc.args and exc.args[0] in arguments.missing:
+                fix = (f"give {exc.args[0]} in the case's constexprs or args: the heuristic reads it of its arguments "
+                       "(a value the launch passed)")
+            elif isinstance(exc, (KeyError, NameError, AttributeError)):
+                fix = ("the heuristic reads what the program set at run time, not its arguments (a module global, the "
+                       "environment): pass that value to the kernel as an argument, or compute it from the arguments")
+            else:
+                fix = "give the case the arguments the heuristic reads, as the launch had them"
+            raise HeuristicError(f"heuristic {name!r} raised {type(exc).__name__}: {exc}".splitlines()[0],
+                                 path=path, field=where, fix=fix) from None
         if name in given and not _same_value(launch[name], value):
             raise BindError(f"the case sets {name} to {plain(launch[name])!r} but the kernel's heuristic "
                             f"{name!r} computes {plain(value)!r}, which a launch applies over it", path=path,
                             field=given[name], fix=f"drop {name} from the case: the heuristic computes it")
-        _check_captured_heuristic(cell, name, value)
+        _check_captured_heuristic(cell, name, value, heuristic, dict(launch))
         if name in params or name in option_fields:
             launch[name] = value
 
@@ -207,20 +215,73 @@ def kept_at_autotuner(cell: Cell, wrappers: tuple[Any, ...], kwargs: dict[str, A
     return tuner, kept_configs(tuner, launch, path=cell.kernel.spec_path, field=field)
 
 
-def _check_captured_heuristic(cell: Cell, name: str, value: Any) -> None:
+def _check_captured_heuristic(cell: Cell, name: str, value: Any, heuristic, launch: dict[str, Any]) -> None:
     """A heuristic computed again on the stand-ins must give what it gave at the captured launch: another value
-    compiles another branch of the kernel (a stride test on a contiguous stand-in of a transposed tensor)."""
+    compiles another branch of the kernel. Where it read a tensor's layout (a stride test on a contiguous stand-in
+    of a transposed tensor), the stand-ins may not be the launch's arguments; where it read none, the kernel's
+    code now computes another value (an intended config change, cut-cross-entropy's best config as heuristics)."""
     if name not in cell.heuristics:
         return
     path, where = cell.kernel.spec_path, cell.field_path or "case"
     captured = constexpr_value(cell.heuristics[name], path=path, field=f"{where}.heuristics.{name}")
-    if not _same_value(value, captured):
-        raise BindError(f"the kernel's heuristic {name!r} computes {plain(value)!r} on the case's arguments, but the "
-                        f"launch had {plain(captured)!r}: the stand-ins are not the launch's arguments", path=path,
-                        field=f"{where}.heuristics.{name}",
-                        fix="give the tensors the launch's strides, offset and storage (xisa capture writes them), "
-                            f"or drop heuristics.{name} if the kernel's heuristic changed on purpose")
+    if _same_value(value, captured):
+        return
+    said = (f"the kernel's heuristic {name!r} computes {plain(value)!r} on the case's arguments, but the launch had "
+            f"{plain(captured)!r}")
+    on_purpose = f"set heuristics.{name}: {plain(value)!r} in the spec"
+    layout = _layout_read(heuristic, launch)
+    if layout:
+        raise HeuristicError(f"{said}: it reads {', '.join(layout)}, where the stand-ins may not be the launch's "
+                             "arguments", path=path, field=f"{where}.heuristics.{name}",
+                             fix="give the tensors the launch's strides, offset and storage (xisa capture writes "
+                                 f"them); if the kernel's heuristic changed on purpose, {on_purpose}")
+    raise HeuristicError(f"{said}: it reads no tensor's layout, so the kernel's code computes another value than at "
+                         "capture", path=path, field=f"{where}.heuristics.{name}",
+                         fix=f"if the change is on purpose (a new config), {on_purpose}; if not, the kernel's "
+                             "heuristic changed by mistake")
 
+
+class _Arguments(dict):
+    """The dict a heuristic is given (`{**args, **kwargs}`, as Heuristics.run makes it), noting the keys it asked for
+    and did not find."""
+
+    def __init__(self, launch: dict[str, Any]):
+        super().__init__(launch)
+        self.missing: set = set()
+
+    def __missing__(self, key):
+        self.missing.add(key)
+        raise KeyError(key)
+
+
+# What a stand-in answers of its tensor's layout: where a heuristic reads one of these, a stand-in written without the
+# launch's strides, offset or storage gives another value than the launch's tensor did.
+_LAYOUT = frozenset({"stride", "strides", "data_ptr", "storage_offset", "untyped_storage", "is_contiguous",
+                     "ptr_range"})
+
+
+def _layout_read(heuristic, launch: dict[str, Any]) -> list[str]:
+    """`x_ptr.stride`, ...: the layout of the tensors the heuristic reads (run once more, watched); [] where it reads
+    none, or cannot be watched."""
+    from xisa.compile.launch.standins import StandInTensor
+
+    read: set[str] = set()
+
+    class Watched:
+        def __init__(self, name: str, tensor):
+            self._name, self._tensor = name, tensor
+
+        def __getattr__(self, attribute: str):
+            if attribute in _LAYOUT:
+                read.add(f"{self._name}.{attribute}")
+            return getattr(self._tensor, attribute)
+
+    watched = {key: Watched(key, value) if isinstance(value, StandInTensor) else value for key, value in launch.items()}
+    try:
+        heuristic(watched)
+    except Exception:
+        pass   # what it read before it failed still says where it looked
+    return sorted(read)
 
 
 def backend_option_fields(backend, target) -> set[str]:

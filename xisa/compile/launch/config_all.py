@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from xisa.compile.gpu.import_hooks import hooks_entered
 from xisa.compile.launch.autotune import autotuner_of, not_autotuned
 from xisa.compile.launch.bind import configs_kept_for
 from xisa.compile.launch.loader import load_kernel_object, unwrap_kernel
@@ -40,7 +41,7 @@ def kept_per_target(spec: KernelSpec, field: str, cells: list[Cell], *, roots: l
     for cell in cells:
         cell = dataclasses.replace(cell, kernel=spec)   # the spec as loaded (the project's pythonpath, import hooks)
         named = load_kernel_object(spec, roots=roots, target=cell.target)
-        with compiling(spec, cell.target):   # the device answers as this target
+        with compiling(spec, cell.target), hooks_entered(spec, cell.target):   # the device answers as this target
             tuner, configs = configs_kept_for(cell, named)
         kept[cell.target.name] = [(listed_index(tuner, config), plain_config(config)) for config in configs]
     return kept

@@ -24,7 +24,8 @@ from xisa.compile.incremental.reads import (ENVIRONMENT_ENTRY, dependency_files,
                                 is_project_module, package_folders, variable_digest, watched_environment)
 from xisa.compile.worker.platform_facts import DEVICE, ENVIRONMENT_PACKAGES
 from xisa.compile.worker.state import PREFIX_MARK, WORKER, LoadedModule
-from xisa.compile.gpu.target_driver import LoadTargetDriver, target_driver
+from xisa.compile.gpu.import_hooks import first_line as _first_line, import_hook
+from xisa.compile.gpu.target_driver import target_driver
 from xisa.compile.worker.toolchain import HARMLESS_KNOB_ATTRIBUTES, changes_compilation, knob_settings, toolchain_variable
 from xisa.errors import SpecError
 from xisa.spec.cases import KernelSpec
@@ -182,7 +183,7 @@ def _load_isolated(spec: KernelSpec, roots: list[Path], target=None) -> LoadedMo
                 contextlib.ExitStack() as hooks:
             sys.path[:0] = [str(folder) for folder in spec.pythonpath]   # [tool.xisa] pythonpath, ahead of the rest
             for hook in spec.import_hooks:
-                hooks.enter_context(_import_hook(hook, target, driver))
+                hooks.enter_context(import_hook(hook, target, driver.answers))
             module = _import_kernel_module(spec, roots, package, after_top)
         WORKER.reads, WORKER.env_reads = None, None  # hashing the files below reads them too
         added = {name: sys.modules[name] for name in set(sys.modules) - before}
@@ -219,53 +220,6 @@ def _sharing(spec: KernelSpec) -> tuple:
     sys.path, the import hooks."""
     return (spec.module.partition(".")[0] if spec.module else None, tuple(map(str, spec.pythonpath)),
             tuple(map(str, spec.import_hooks)))
-
-
-IMPORT_HOOK = "xisa_import_hook"
-
-
-def _import_hook(hook: Path, target, driver: LoadTargetDriver):
-    """A `[tool.xisa] import_hooks` file's `xisa_import_hook(target)` context manager, entered around the kernel
-    module's import (it stubs what the module asks the GPU at import, and undoes it on exit). It is given the
-    load's GPUTarget, so a load with hooks is one per target."""
-    where = {"path": "pyproject.toml", "field": "tool.xisa.import_hooks"}
-    loader_spec = importlib.util.spec_from_file_location(f"xisa_import_hook_{hook.stem}", hook)
-    module = importlib.util.module_from_spec(loader_spec)
-    try:
-        loader_spec.loader.exec_module(module)
-        factory = getattr(module, IMPORT_HOOK, None)
-        if not callable(factory):
-            raise SpecError(f"{hook.name} defines no {IMPORT_HOOK}(target)", **where,
-                            fix=f"define @contextlib.contextmanager def {IMPORT_HOOK}(target): ... yield")
-        if target is not None:
-            driver.give_target()
-        manager = factory(target.gpu_target() if target is not None else None)
-        if not (hasattr(manager, "__enter__") and hasattr(manager, "__exit__")):
-            raise SpecError(f"{hook.name}: {IMPORT_HOOK}(target) returned no context manager", **where,
-                            fix="decorate it with @contextlib.contextmanager and yield once")
-    except SpecError:
-        raise
-    except Exception as exc:
-        raise SpecError(f"the import hook {hook.name} failed: {type(exc).__name__}: {_first_line(exc)}",
-                        **where) from None
-    return _entered_hook(hook, manager, where)
-
-
-@contextlib.contextmanager
-def _entered_hook(hook: Path, manager, where: dict) -> Iterator[None]:
-    try:
-        manager.__enter__()
-    except Exception as exc:
-        raise SpecError(f"the import hook {hook.name} failed: {type(exc).__name__}: {_first_line(exc)}",
-                        **where) from None
-    with contextlib.ExitStack() as stack:
-        stack.push(manager)
-        yield
-
-
-def _first_line(exc: Exception) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 _LOAD_STORE = LoadStore(None)   # in memory, until a worker names its cache folder (`keep_loads_in`)
