@@ -304,3 +304,32 @@ for dtype in (torch.bfloat16, torch.float16):
     assert "12 cells, 12 ok" in out.err and "Traceback" not in out.err, out.err
     assert sorted(p.name for p in (root / "captured").glob("*.yaml")) == [
         "_cce_backward_kernel.yaml", "_cce_lse_forward_kernel.yaml", "_indexed_neg_dot_forward_kernel.yaml"]
+
+
+TOP_LEVEL_LAUNCH = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add(x, y, o, n, B: tl.constexpr):
+    i = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(o + i, tl.load(x + i, mask=i < n) + tl.load(y + i, mask=i < n), mask=i < n)
+
+
+x, y, o = torch.randn(1000), torch.randn(1000), torch.empty(1000)
+add[(4,)](x, y, o, 1000, B=256)
+'''
+
+
+def test_a_script_launching_at_its_top_level_is_told_to_guard_its_launches(tmp_path, run_xisa):
+    """A first script outside the project, its launch unguarded: the kept copy of it launches again when a cell
+    loads it. The one line names the copy's line and says to guard the launches, not to stub a query in a hook."""
+    root, env = _project(tmp_path, {})
+    script = write_files(tmp_path / "elsewhere", {"kern.py": TOP_LEVEL_LAUNCH}) / "kern.py"
+    out = run_xisa("capture", "--no-run", "--targets", "gfx942", "--", sys.executable, str(script), cwd=root, env=env)
+    assert (root / "captured" / "generated" / "add.py").exists(), out.err
+    compiled = run_xisa("compile", "--spec", "captured/add.yaml", "--arch", "gfx942", cwd=root, env=env)
+    assert compiled.code == 2, compiled.err
+    assert "captured/generated/add.py:13 launches a kernel while its module loads" in compiled.err, compiled.err
+    assert 'if __name__ == "__main__":' in compiled.err and "import hook" not in compiled.err, compiled.err

@@ -151,6 +151,11 @@ class DeviceAnswers:
         if self.capturing:
             return ("stub it in " + IMPORT_HOOK_FIX + "; or skip it where XISA_CAPTURE_NO_RUN=1 is set (`xisa capture "
                     "--no-run` sets it), or capture on a GPU")
+        launch = _launch_under_way(sys._getframe(2))
+        if launch is not None:   # a script's own launch at its top level: the copy capture kept of it, loaded
+            return (f"{launch} launches a kernel while its module loads: xisa loads a module to compile its kernels "
+                    "and runs no launch; put the program's launches under `if __name__ == \"__main__\":` (or in a "
+                    "function) and capture again")
         return "stub it in " + IMPORT_HOOK_FIX + "; or make the call in the launch function (xisa runs no launch)"
 
     # --- answers -----------------------------------------------------------------------------------------------
@@ -242,6 +247,21 @@ def clear_torch_caches(modules: set[str]) -> None:
             # by type, never getattr: a module's objects answer any attribute (inductor's op handlers warn)
             if isinstance(value, functools._lru_cache_wrapper) and getattr(value, "__module__", None) == name:
                 value.cache_clear()
+
+
+def _launch_under_way(frame) -> str | None:
+    """`file:line` of a module's top-level code that launched the kernel under way (a JIT function's or an
+    autotuner's `run` on the stack, called from a module being executed), or None."""
+    launching = False
+    while frame is not None:
+        name = frame.f_globals.get("__name__") or ""
+        if name.startswith("triton.runtime.") and frame.f_code.co_name == "run":
+            launching = True
+        elif launching and frame.f_code.co_name == "<module>":
+            asked = asking_line(frame)
+            return asked[0] if asked is not None and asked[1] == "<module>" else None
+        frame = frame.f_back
+    return None
 
 
 class _TritonProperties(Mapping):
