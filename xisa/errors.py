@@ -74,10 +74,15 @@ class LockError(XisaError):
 def interrupted(exc: BaseException) -> bool:
     """Whether `exc` is Ctrl-C, also as the cause of another error: one that lands in a class's creation comes out
     as `RuntimeError: Error calling __set_name__ ...` (a dataclass's fields), its cause the KeyboardInterrupt."""
+    return in_chain(exc, KeyboardInterrupt) is not None
+
+
+def in_chain(exc: BaseException | None, kind: type) -> BaseException | None:
+    """The first exception of `kind` in `exc`, its cause or context, and theirs (a loop in the chain ends it)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
+        if isinstance(exc, kind):
+            return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
-    return False
+    return None

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xisa.capture_site._xisa_capture_hook import spec_from_other_finders
-from xisa.compile.gpu.device_answers import (DeviceAnswers, UnansweredDeviceQuery, clear_torch_caches, current_answers,
-                                            torch_answers)
+from xisa.compile.gpu.device_answers import DeviceAnswers, UnansweredDeviceQuery, clear_torch_caches, current_answers
+from xisa.compile.gpu.torch_answers import torch_answers
 from xisa.compile.worker.platform_facts import DEVICE, GPU_TARGET
+from xisa.errors import in_chain
 
 
 class TargetUtils:
@@ -217,13 +218,7 @@ def _report_refusals(answers: DeviceAnswers) -> None:
     reported: set[str] = set()
 
     def refusal_in(exc: BaseException | None) -> UnansweredDeviceQuery | None:
-        seen = set()
-        while exc is not None and id(exc) not in seen:
-            if isinstance(exc, UnansweredDeviceQuery):
-                return exc
-            seen.add(id(exc))
-            exc = exc.__cause__ or exc.__context__
-        return None
+        return in_chain(exc, UnansweredDeviceQuery)
 
     def report(line: str, prefix: str = "xisa: error: ") -> None:
         if line not in reported:
