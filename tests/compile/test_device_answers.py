@@ -449,3 +449,22 @@ def test_the_cuda_random_state_is_the_cpu_generators_and_torch_compile_runs_the_
         assert torch.equal(softcapping(logits, 2.0), torch.tanh(logits / 2.0) * 2.0)
         assert torch.compile(softcapping) is softcapping
     assert torch.compile is original_compile
+
+
+def test_seeding_is_deferred_as_in_a_process_that_has_not_touched_the_gpu(monkeypatch):
+    """`torch.manual_seed` seeds every GPU through torch.cuda's `_lazy_call`, at once when CUDA is up: answered up,
+    a CUDA torch counted its GPUs through NVML (refused) under `xisa capture --no-run` on a GPU machine (found on an
+    H100 exporting Liger's and fla's programs). Deferred, as torch defers it before CUDA is initialized."""
+    import torch
+    import torch.cuda.random
+
+    from xisa.api import open_workspace
+    from xisa.compile.gpu.target_driver import target_driver
+
+    counted = []
+    monkeypatch.setattr(torch.cuda.random, "device_count", lambda: counted.append("NVML") or 1)   # a CUDA torch's
+    with target_driver(open_workspace(cwd=REPO).targets["sm_90"]):
+        assert torch.cuda.is_initialized()
+        torch.manual_seed(0)
+        torch.cuda.manual_seed_all(1)
+    assert counted == [] and not torch.cuda.is_initialized()
