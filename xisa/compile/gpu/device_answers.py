@@ -212,8 +212,7 @@ def _asking_packages() -> set[str]:
     while frame is not None:
         name = frame.f_globals.get("__name__") or ""
         top = name.partition(".")[0]
-        if top == "xisa" and not name.startswith("xisa.compile.gpu.device_answers") \
-                and not name.startswith("xisa.compile.gpu.target_driver"):
+        if top == "xisa" and not name.startswith("xisa.compile.gpu."):   # the answering room's own frames go on
             break   # the loader or binder that started this: nothing further out is part of the load
         if top and top not in _NOT_ASKERS and top not in ENVIRONMENT_PACKAGES and top not in sys.stdlib_module_names:
             packages.add(top)
