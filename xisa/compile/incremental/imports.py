@@ -12,6 +12,9 @@ from xisa.compile.worker.state import WORKER
 # In a recording only (never a depfile name): `?/abs/file`, a file whose appearing would make a module that an import
 # or `importlib.util.find_spec` found nowhere importable (`try: import fastcfg` then `fastcfg.py` added).
 ABSENT_ENTRY = "?"
+# A depfile entry `dir:/abs/folder` stands for whether that folder exists: a folder without `__init__.py` where an
+# import found nothing is a namespace package that the import finds from then on.
+FOLDER_ENTRY = "dir:"
 
 
 def shadowing_files(name: str, module: Any) -> dict[str, None]:
@@ -57,7 +60,7 @@ def _namespace_portions(package: str, found: list[str]) -> list[str]:
 class FoundNowhere:
     """Last on sys.meta_path, so asked only for a module no other finder found: an optional import that failed
     (`try: import fastcfg`) or `importlib.util.find_spec` answering None. The files that would make the name
-    importable in each folder searched are recorded as absent: one appearing later is a change, as a file the load
+    importable in each folder searched, and the folder that would make it a namespace package, are recorded as absent: one appearing later is a change, as a file the load
     looked for and did not find is. It never finds anything itself."""
 
     @staticmethod
@@ -70,6 +73,7 @@ class FoundNowhere:
             folders = list(path) if path is not None else [entry or os.getcwd() for entry in sys.path]
             for folder in folders:
                 if isinstance(folder, str) and os.path.isdir(folder):
+                    reads.append(ABSENT_ENTRY + FOLDER_ENTRY + os.path.join(os.path.abspath(folder), leaf))
                     reads.append(ABSENT_ENTRY + os.path.join(os.path.abspath(folder), leaf, "__init__.py"))
                     reads.extend(ABSENT_ENTRY + os.path.join(os.path.abspath(folder), leaf + suffix)
                                  for suffix in importlib.machinery.all_suffixes())

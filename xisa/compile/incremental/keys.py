@@ -29,7 +29,7 @@ from typing import Any
 
 import xisa
 
-# 5: one home for the key parts (keys.py), the interpreter in the result key; 4: an entry is a header line {key,
+# 5: one home for the key parts (keys.py), the interpreter and the import finders in the result key; 4: an entry is a header line {key,
 # digest of the body's bytes}, then the body; 3: the back-end store (backend_store.py)
 CACHE_FORMAT = 5
 
@@ -63,6 +63,8 @@ PARTS: dict[str, tuple[str, frozenset[str]]] = {
     "module": ("the kernel's module name", frozenset({"result"})),
     "roots": ("the project's roots (where an import is searched)", frozenset({"result"})),
     "sys_path": ("sys.path (where an import is searched)", frozenset({"result"})),
+    "meta_path": ("the import finders the interpreter started with and their code (an editable install adds one)",
+                  frozenset({"result"})),
     "pythonpath": ("the spec's pythonpath", frozenset({"result"})),
     "import_hooks": ("the spec's import hooks", frozenset({"result"})),
     "knobs": ("an `xisa ab` side's knobs (result); Triton's knobs as code set them (back end)", _COMPILE),
@@ -82,7 +84,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "ttir": ("depfile", "args", "constexprs", "config", "heuristics", "options", "target"),
     "shown_paths": ("roots", "spec", "source", "sys_path"),
     "front_end": ("depfile", "args", "constexprs", "config", "heuristics"),
-    "path": ("depfile", "sys_path", "roots"),
+    "path": ("depfile", "sys_path", "roots", "meta_path"),
     "text": ("depfile",),
 }
 
@@ -195,10 +197,33 @@ def result_key(cell, roots: tuple[Path, ...], *, knobs: dict[str, str] | None = 
         "constexprs": cell.constexprs, "options": cell.options, "config": cell.config,
         "heuristics": cell.heuristics, "spec": str(spec.spec_file),
         "source": str(spec.source_file) if spec.source_file else None, "module": spec.module,
-        "roots": [str(r) for r in roots], "sys_path": list(sys.path),
+        "roots": [str(r) for r in roots], "sys_path": list(sys.path), "meta_path": import_finders(),
         "pythonpath": [str(p) for p in spec.pythonpath], "import_hooks": [str(p) for p in spec.import_hooks],
         "knobs": dict(sorted(knobs.items())) if knobs else None,
     })
+
+
+def import_finders() -> list[str]:
+    """sys.meta_path's finders other than xisa's, each by its class and the digest of its module's file: an editable
+    install (setuptools' `__editable___*_finder`, from a .pth at start-up) finds modules outside sys.path, so one
+    added or remapped changes what an import finds with no file of the path changing."""
+    finders = []
+    for finder in sys.meta_path:
+        kind = finder if isinstance(finder, type) else type(finder)
+        module = kind.__module__
+        if module.partition(".")[0] == "xisa":
+            continue
+        file = getattr(sys.modules.get(module), "__file__", None)
+        finders.append(f"{module}.{kind.__qualname__}:{_file_digest(file) if file else ''}")
+    return finders
+
+
+@lru_cache(maxsize=None)
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return "unreadable"
 
 
 def compile_context(cell, bound, knobs: Any) -> dict[str, Any]:

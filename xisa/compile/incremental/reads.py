@@ -19,7 +19,7 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import xisa
-from xisa.compile.incremental.imports import ABSENT_ENTRY, FoundNowhere, shadowing_files
+from xisa.compile.incremental.imports import ABSENT_ENTRY, FOLDER_ENTRY, FoundNowhere, shadowing_files
 from xisa.compile.worker.platform_facts import ENVIRONMENT_PACKAGES
 from xisa.compile.worker.state import WORKER, CompileUnderWay
 from xisa.compile.gpu.target_driver import target_driver
@@ -48,6 +48,8 @@ def dependency_digest(name: str) -> str | None:
         return variable_digest(name[len(ENVIRONMENT_ENTRY):], os.environ)
     if name.startswith(LISTING_ENTRY):
         return listing_digest(name[len(LISTING_ENTRY):])
+    if name.startswith(FOLDER_ENTRY):
+        return "folder" if os.path.isdir(name[len(FOLDER_ENTRY):]) else None
     return file_sha256(name)
 
 
@@ -323,7 +325,7 @@ def dependency_files(added: dict[str, Any], reads: list[str], *, kernel_package:
     for path in reads:
         if path.startswith(ABSENT_ENTRY):   # wherever it would appear, installed packages' folders included
             path = path[len(ABSENT_ENTRY):]
-            if not os.path.exists(path) and not _own_output(path):
+            if dependency_digest(path) is None and not _own_output(path.removeprefix(FOLDER_ENTRY)):
                 files.setdefault(path, None)
             continue
         if path.startswith(LISTING_ENTRY):
