@@ -8,6 +8,7 @@ case's recorded heuristics, and the interpreter's `-O`.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -308,3 +309,48 @@ def test_an_optional_import_that_found_nothing_is_a_dependency_once_the_module_a
             (root / where / "fastcfg.py").write_text("S = 3.0\n")
 
     _cached_is_cold(tmp_path, root, appear)
+
+
+# Found by a red-team pass of issue 36's floor (FoundNowhere): each an input whose cached answer differed from a
+# compile with no cache.
+
+# --- 1. FoundNowhere records leaf/__init__.py and leaf.<suffix>: a namespace package (a folder with no __init__.py)
+# appearing makes the import succeed with none of those files present.
+
+@pytest.mark.parametrize("lookup", [
+    "try:\n    from fastcfg.tables import S\nexcept ImportError:\n    S = 2.0\n",
+    "import importlib.util\nS = 3.0 if importlib.util.find_spec('fastcfg') is not None else 2.0\n",
+])
+@pytest.mark.parametrize("where", ["A", "kernels"])
+def test_an_optional_import_found_nowhere_then_appearing_as_a_namespace_package_recompiles(tmp_path, lookup, where):
+    root = _project(tmp_path / "proj", lookup, {"A/.keep": ""}, pyproject='pythonpath = ["A"]\n')
+    _cached_is_cold(tmp_path, root, lambda: write_files(root / where, {"fastcfg/tables.py": "S = 3.0\n"}))
+
+
+# --- 2. An editable install (setuptools' `__editable___*_finder`, put on sys.meta_path by a .pth at start-up) makes
+# an optional import succeed from a folder that is not on sys.path: no absent file appears, sys.path is unchanged.
+
+class EditableFinder:
+    """What `pip install -e ./fastcfg-src` puts on sys.meta_path at interpreter start (setuptools' MAPPING finder)."""
+
+    def __init__(self, mapping: dict[str, str]):
+        self.mapping = mapping
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.mapping:
+            return importlib.util.spec_from_file_location(name, self.mapping[name])
+        return None
+
+
+def test_an_optional_import_found_nowhere_then_installed_editable_recompiles(tmp_path, monkeypatch):
+    root = _project(tmp_path / "proj", "try:\n    from fastcfg import S\nexcept ImportError:\n    S = 2.0\n")
+    source = write_files(tmp_path / "fastcfg-src", {"fastcfg.py": "S = 3.0\n"})
+
+    def install_editable():
+        # the next interpreter starts with the editable finder on sys.meta_path (before anything xisa adds)
+        monkeypatch.setattr(sys, "meta_path", [EditableFinder({"fastcfg": str(source / "fastcfg.py")}),
+                                               *sys.meta_path])
+        sys.modules.pop("fastcfg", None)
+
+    _cached_is_cold(tmp_path, root, install_editable)
+
